@@ -1,0 +1,55 @@
+# chatq: `make run` and `make test` do all the set-up themselves on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# Sourced by recipes so a private Postgres/Redis started by scripts/services.sh is used.
+WITH_ENV := set -a; . .local/services.env; set +a;
+
+.PHONY: install services migrate run worker beat lint format test test-unit test-integration test-faults bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+services: install
+	PY=$(PY) scripts/services.sh
+
+migrate: services
+	$(WITH_ENV) $(VENV)/bin/chatq db upgrade
+
+# The main job: a worker on the embedded defaults (the offline echo model unless OPENAI_API_KEY is set).
+run: migrate
+	$(WITH_ENV) exec $(VENV)/bin/chatq worker --loglevel INFO
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+test: services lint
+	$(WITH_ENV) $(PY) -m pytest
+
+test-unit: services
+	$(WITH_ENV) $(PY) -m pytest tests/unit
+
+test-integration: services
+	$(WITH_ENV) $(PY) -m pytest tests/integration
+
+test-faults: services
+	$(WITH_ENV) $(PY) -m pytest tests/faults
+
+bench: services
+	$(WITH_ENV) $(PY) -m bench
+
+clean:
+	rm -rf $(VENV) .local .pytest_cache .mypy_cache .ruff_cache *.egg-info

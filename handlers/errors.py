@@ -1,0 +1,27 @@
+"""Errors of the handlers package. Each docstring is the error's default, user-visible message."""
+
+from __future__ import annotations
+
+
+class HandlerError(Exception):
+    """The agent handler failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+    @property
+    def message(self) -> str:
+        """The one-line, user-visible text of this error."""
+        return str(self.args[0]) if self.args else (self.__doc__ or "").strip()
+
+
+class AgentInvocationError(HandlerError):
+    """The agent failed to produce a reply."""
+
+
+class UnknownFramework(HandlerError):
+    """The session's agent framework is not one chatq knows."""
+
+
+class UnknownTool(HandlerError):
+    """No tool of that name is registered."""

@@ -1,0 +1,26 @@
+"""chatq's Postgres models, engine/session factory and migrations."""
+
+from models.db import dispose_engine, get_engine, get_sessionmaker, session_scope
+from models.tables import (
+    ACTIVE_STATUSES,
+    MESSAGE_POSITION_STRIDE,
+    Base,
+    ChatMessage,
+    ChatSession,
+    Turn,
+    TurnStatus,
+)
+
+__all__ = [
+    "ACTIVE_STATUSES",
+    "MESSAGE_POSITION_STRIDE",
+    "Base",
+    "ChatMessage",
+    "ChatSession",
+    "Turn",
+    "TurnStatus",
+    "dispose_engine",
+    "get_engine",
+    "get_sessionmaker",
+    "session_scope",
+]

@@ -1,0 +1,75 @@
+"""The engine and session factory, built lazily once per process.
+
+Nothing connects at import time. After a fork (Celery prefork, a test that spawns) the child
+builds its own engine instead of sharing the parent's sockets, as SQLAlchemy's pooling guide asks.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from worker.config import get_settings
+
+_lock = threading.Lock()
+_state: dict[str, object] = {}
+
+
+def get_engine() -> Engine:
+    """The process's engine for `DATABASE_URL`, created on first use."""
+    pid = os.getpid()
+    engine = _state.get("engine")
+    if engine is not None and _state.get("pid") == pid:
+        assert isinstance(engine, Engine)
+        return engine
+    with _lock:
+        engine = _state.get("engine")
+        if engine is not None and _state.get("pid") == pid:
+            assert isinstance(engine, Engine)
+            return engine
+        if isinstance(engine, Engine):
+            # Inherited from the parent: drop its pooled connections without closing them under it.
+            engine.dispose(close=False)
+        settings = get_settings()
+        engine = create_engine(
+            settings.database_url,
+            # Postgres restarts must not fail turns: test each pooled connection before use.
+            pool_pre_ping=True,
+            pool_size=min(settings.worker_concurrency, 20),
+            max_overflow=settings.worker_concurrency + 10,
+            pool_timeout=30,
+            pool_recycle=1800,
+            connect_args={"connect_timeout": 5, "application_name": "chatq"},
+        )
+        _state.update(engine=engine, pid=pid, factory=sessionmaker(engine, expire_on_commit=False))
+        return engine
+
+
+def get_sessionmaker() -> sessionmaker[Session]:
+    """The session factory bound to this process's engine."""
+    get_engine()
+    factory = _state["factory"]
+    assert isinstance(factory, sessionmaker)
+    return factory
+
+
+@contextmanager
+def session_scope() -> Iterator[Session]:
+    """A session in one transaction: committed on success, rolled back on any error."""
+    with get_sessionmaker().begin() as session:
+        yield session
+
+
+def dispose_engine() -> None:
+    """Close the pool (tests that switch databases, and shutdown)."""
+    with _lock:
+        engine = _state.pop("engine", None)
+        _state.pop("factory", None)
+        _state.pop("pid", None)
+    if isinstance(engine, Engine):
+        engine.dispose()

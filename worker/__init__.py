@@ -1,0 +1,31 @@
+"""chatq's worker package: Celery app, tasks, producer API and CLI.
+
+Re-exports are resolved lazily so `import worker.config` (used everywhere) stays cheap and
+`celery -A worker` still finds the app through `worker.celery`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "app": "worker.app",
+    "create_session": "worker.producer",
+    "submit_turn": "worker.producer",
+    "cancel_turn": "worker.producer",
+    "get_turn": "worker.producer",
+    "IfBusy": "worker.producer",
+    "Settings": "worker.config",
+    "get_settings": "worker.config",
+    "ChatqError": "worker.errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'worker' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,181 @@
+"""chatq settings: every environment variable the project reads, in one place.
+
+`get_settings()` parses the environment once per process and validates it, so a bad value stops a
+worker or a CLI call at start-up with one clear line instead of failing a turn later.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+from worker.errors import ConfigError
+
+DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@localhost:5432/chatq"
+DEFAULT_REDIS_URL = "redis://localhost:6379/0"
+ECHO_MODEL = "echo"
+DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Typed, validated configuration read from the environment."""
+
+    database_url: str = DEFAULT_DATABASE_URL
+    """SQLAlchemy URL of Postgres (`DATABASE_URL`, psycopg 3 driver)."""
+    redis_url: str = DEFAULT_REDIS_URL
+    """Broker and pub/sub URL (`REDIS_URL`; `rediss://` and passwords work)."""
+    default_model: str = ECHO_MODEL
+    """Model of new sessions (`CHATQ_MODEL`; `echo` when no OpenAI key is set)."""
+    openai_api_key: str | None = field(default=None, repr=False)
+    """`OPENAI_API_KEY`, handed to langchain-openai and never logged."""
+    openai_base_url: str | None = None
+    """`OPENAI_BASE_URL` of any OpenAI-compatible server."""
+    turn_timeout: float = 120.0
+    """Seconds one handler invocation may take (`CHATQ_TURN_TIMEOUT`)."""
+    max_content_chars: int = 100_000
+    """Longest accepted user message (`CHATQ_MAX_CONTENT_CHARS`)."""
+    max_images: int = 4
+    """Most images one turn may carry (`CHATQ_MAX_IMAGES`)."""
+    max_image_bytes: int = 5_000_000
+    """Largest accepted image, decoded (`CHATQ_MAX_IMAGE_BYTES`)."""
+    history_tokens: int = 6_000
+    """Token budget for the history sent with a turn (`CHATQ_HISTORY_TOKENS`)."""
+    max_attempts: int = 2
+    """Handler invocations per turn when it raises AgentInvocationError (`CHATQ_MAX_ATTEMPTS`)."""
+    retry_delay: float = 1.0
+    """Seconds before the retry of a failed invocation (`CHATQ_RETRY_DELAY`)."""
+    lease_seconds: float = 30.0
+    """How long a running turn's lease lasts without renewal (`CHATQ_LEASE_SECONDS`)."""
+    max_deliveries: int = 3
+    """Claims of one turn before it is declared poison and failed (`CHATQ_MAX_DELIVERIES`)."""
+    sweep_interval: float = 10.0
+    """Seconds between sweeper runs under `chatq beat` (`CHATQ_SWEEP_INTERVAL`)."""
+    requeue_grace: float = 30.0
+    """Seconds a runnable queued turn may wait before the sweeper re-sends it (`CHATQ_REQUEUE_GRACE`)."""
+    event_retention: int = 3_600
+    """Seconds a turn's replay stream is kept after its last event (`CHATQ_EVENT_RETENTION`)."""
+    text_coalesce_ms: float = 0.0
+    """Window in which streamed text chunks are merged into one event (`CHATQ_TEXT_COALESCE_MS`)."""
+    worker_concurrency: int = 32
+    """Turns one `chatq worker` runs at once on its thread pool (`CHATQ_WORKER_CONCURRENCY`)."""
+    max_tool_output_chars: int = 20_000
+    """Tool results longer than this are cut before they reach the model (`CHATQ_MAX_TOOL_OUTPUT_CHARS`)."""
+
+    @property
+    def redis_url_masked(self) -> str:
+        """The Redis URL with any password replaced, safe for logs."""
+        return mask_url(self.redis_url)
+
+    @property
+    def database_url_masked(self) -> str:
+        """The database URL with any password replaced, safe for logs."""
+        return mask_url(self.database_url)
+
+
+def mask_url(url: str) -> str:
+    """Replace the password of a URL with `***` so the URL can be logged."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+_SECRET_IN_URL = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]+)@")
+
+
+def mask_secrets(text: str) -> str:
+    """Mask passwords of every URL inside free text (log lines, error messages)."""
+    return _SECRET_IN_URL.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
+
+
+def _float(env: Mapping[str, str], name: str, default: float, *, minimum: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum:g}, got {raw!r}")
+    return value
+
+
+def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum}, got {raw!r}")
+    return value
+
+
+def _url(env: Mapping[str, str], name: str, default: str, schemes: tuple[str, ...]) -> str:
+    raw = (env.get(name) or "").strip() or default
+    scheme = urlsplit(raw).scheme
+    if scheme not in schemes:
+        raise ConfigError(
+            f"{name} must start with one of {', '.join(s + '://' for s in schemes)}, got {mask_url(raw)!r}"
+        )
+    return raw
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """Parse and validate settings from `env` (the process environment by default)."""
+    env = os.environ if env is None else env
+    api_key = (env.get("OPENAI_API_KEY") or "").strip() or None
+    default_model = (env.get("CHATQ_MODEL") or "").strip() or (DEFAULT_OPENAI_MODEL if api_key else ECHO_MODEL)
+    base_url = (env.get("OPENAI_BASE_URL") or "").strip() or None
+    if base_url is not None and urlsplit(base_url).scheme not in ("http", "https"):
+        raise ConfigError(f"OPENAI_BASE_URL must be an http(s) URL, got {mask_url(base_url)!r}")
+    database_url = _url(env, "DATABASE_URL", DEFAULT_DATABASE_URL, ("postgresql+psycopg", "postgresql"))
+    if database_url.startswith("postgresql://"):
+        # Users paste libpq URLs; SQLAlchemy would pick psycopg2, which chatq does not install.
+        database_url = "postgresql+psycopg://" + database_url[len("postgresql://") :]
+    settings = Settings(
+        database_url=database_url,
+        redis_url=_url(env, "REDIS_URL", DEFAULT_REDIS_URL, ("redis", "rediss", "unix")),
+        default_model=default_model,
+        openai_api_key=api_key,
+        openai_base_url=base_url,
+        turn_timeout=_float(env, "CHATQ_TURN_TIMEOUT", 120.0, minimum=0.1),
+        max_content_chars=_int(env, "CHATQ_MAX_CONTENT_CHARS", 100_000, minimum=1),
+        max_images=_int(env, "CHATQ_MAX_IMAGES", 4, minimum=0),
+        max_image_bytes=_int(env, "CHATQ_MAX_IMAGE_BYTES", 5_000_000, minimum=1),
+        history_tokens=_int(env, "CHATQ_HISTORY_TOKENS", 6_000, minimum=0),
+        max_attempts=_int(env, "CHATQ_MAX_ATTEMPTS", 2, minimum=1),
+        retry_delay=_float(env, "CHATQ_RETRY_DELAY", 1.0, minimum=0.0),
+        lease_seconds=_float(env, "CHATQ_LEASE_SECONDS", 30.0, minimum=1.0),
+        max_deliveries=_int(env, "CHATQ_MAX_DELIVERIES", 3, minimum=1),
+        sweep_interval=_float(env, "CHATQ_SWEEP_INTERVAL", 10.0, minimum=0.2),
+        requeue_grace=_float(env, "CHATQ_REQUEUE_GRACE", 30.0, minimum=0.0),
+        event_retention=_int(env, "CHATQ_EVENT_RETENTION", 3_600, minimum=600),
+        text_coalesce_ms=_float(env, "CHATQ_TEXT_COALESCE_MS", 0.0, minimum=0.0),
+        worker_concurrency=_int(env, "CHATQ_WORKER_CONCURRENCY", 32, minimum=1),
+        max_tool_output_chars=_int(env, "CHATQ_MAX_TOOL_OUTPUT_CHARS", 20_000, minimum=100),
+    )
+    return settings
+
+
+@functools.cache
+def get_settings() -> Settings:
+    """The settings of this process, parsed on first use and then cached."""
+    return load_settings()
+
+
+def reset_settings() -> None:
+    """Forget the cached settings (tests that change the environment call this)."""
+    get_settings.cache_clear()
