@@ -14,14 +14,22 @@ _EXPORTS = {
     "create_session": "worker.producer",
     "submit_turn": "worker.producer",
     "cancel_turn": "worker.producer",
-    "get_turn": "worker.producer",
     "IfBusy": "worker.producer",
     "Settings": "worker.config",
     "get_settings": "worker.config",
     "ChatqError": "worker.errors",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "ChatqError",
+    "IfBusy",
+    "Settings",
+    "app",
+    "cancel_turn",
+    "create_session",
+    "get_settings",
+    "submit_turn",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,65 @@
+"""Celery settings for chatq, read from the environment through `worker.config`.
+
+Only settings that differ from Celery's defaults are here, each with the reason.
+"""
+
+from __future__ import annotations
+
+from kombu import Queue
+
+from worker.config import get_settings
+
+_settings = get_settings()
+
+broker_url = _settings.redis_url
+# Keep trying while Redis starts (compose, rolling restarts) instead of exiting at boot.
+broker_connection_retry_on_startup = True
+broker_connection_max_retries = None
+broker_transport_options = {
+    # A late-acked message is handed to another worker when this runs out, so it must outlast the
+    # longest turn (all attempts); Postgres leases, not this, are what detect a dead worker quickly.
+    "visibility_timeout": int(max(3600.0, _settings.turn_timeout * _settings.max_attempts * 4)),
+    "socket_timeout": 30,
+    "socket_connect_timeout": 10,
+    "health_check_interval": 25,
+}
+
+# JSON only: a producer in any language can speak it, and pickle from the broker would be code execution.
+task_serializer = "json"
+result_serializer = "json"
+accept_content = ["json"]
+event_serializer = "json"
+
+# Turn state lives in Postgres; a result backend would be a second, weaker source of truth.
+result_backend = None
+task_ignore_result = True
+
+# Ack after the turn ran, so a worker that dies mid-turn leaves the message to be delivered again;
+# the Postgres claim makes the second delivery harmless.
+task_acks_late = True
+task_reject_on_worker_lost = True
+# One message at a time per pool slot: turns are long, and prefetched ones would wait behind them.
+worker_prefetch_multiplier = 1
+# Finish the turns in hand when Redis blips; their replies go to Postgres, and duplicates are no-ops.
+worker_cancel_long_running_tasks_on_connection_loss = False
+
+# Interactive turns and batch conversations on separate queues so a big batch never delays a chat.
+task_default_queue = "chatq"
+task_queues = (Queue("chatq"), Queue("chatq.batch"))
+task_routes = {"chatq.run_turn": {"queue": "chatq"}, "chatq.sweep": {"queue": "chatq"}}
+
+# Task events for Flower (and `celery events`).
+worker_send_task_events = True
+task_send_sent_event = True
+
+# On SIGTERM finish running turns; on a second signal (cold shutdown) give them this long to
+# hand their turns back before the process exits (Celery's soft shutdown).
+worker_soft_shutdown_timeout = 10.0
+worker_enable_soft_shutdown_on_idle = False
+
+timezone = "UTC"
+enable_utc = True
+
+beat_schedule = {
+    "chatq-sweep": {"task": "chatq.sweep", "schedule": _settings.sweep_interval, "options": {"expires": 60}},
+}

@@ -1,0 +1,50 @@
+"""The reactive loop as a LangGraph StateGraph, compiled once per tool set and cached per process.
+
+    START -> agent -(tool calls?)-> tool_execution -> agent ... -(no tool calls)-> END
+
+The compiled graph holds no per-turn state: the model client, system prompt and deadline of a turn
+come in through `config["configurable"]`, so one compiled graph serves every turn and thread.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.prebuilt import tools_condition
+
+from handlers.langgraph.nodes import AGENT_NODE, TOOL_NODE, agent_node, make_tool_node
+from handlers.langgraph.state import AgentState
+from handlers.langgraph.tools import langchain_tools
+
+__all__ = ["RECURSION_LIMIT", "build_graph", "get_graph"]
+
+RECURSION_LIMIT = 10
+"""Graph steps per invocation (each agent or tool step is one): bounds a model that loops on tools."""
+
+Graph = CompiledStateGraph[AgentState, Any, AgentState, AgentState]
+
+
+def build_graph(tool_names: Sequence[str]) -> Graph:
+    """Build and compile the agent graph for these tools (prefer the cached `get_graph`)."""
+    builder: StateGraph[AgentState, Any, AgentState, AgentState] = StateGraph(AgentState)
+    builder.add_node(AGENT_NODE, agent_node)
+    builder.add_node(TOOL_NODE, make_tool_node(langchain_tools(tool_names)))
+    builder.add_edge(START, AGENT_NODE)
+    # tools_condition answers "tools" when the last AI message has tool calls, else END.
+    builder.add_conditional_edges(AGENT_NODE, tools_condition, {"tools": TOOL_NODE, END: END})
+    builder.add_edge(TOOL_NODE, AGENT_NODE)
+    return builder.compile(name="chatq-agent")
+
+
+@functools.lru_cache(maxsize=32)
+def _cached(tool_names: tuple[str, ...]) -> Graph:
+    return build_graph(tool_names)
+
+
+def get_graph(tool_names: Sequence[str]) -> Graph:
+    """The compiled graph for this tool set, built on first use in the process and reused after."""
+    return _cached(tuple(tool_names))

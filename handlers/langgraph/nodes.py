@@ -1,0 +1,78 @@
+"""The graph's nodes: the agent (LLM with tools bound) and tool execution; routing is tools_condition."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+
+from handlers.langgraph.state import AgentState, turn_context
+from handlers.lc.turn import collect, stream_model
+from handlers.tools import truncate_output
+
+__all__ = ["AGENT_NODE", "TOOL_NODE", "agent_node", "make_tool_node"]
+
+logger = logging.getLogger(__name__)
+
+AGENT_NODE = "agent"
+TOOL_NODE = "tool_execution"
+
+
+def agent_node(state: AgentState, config: RunnableConfig) -> dict[str, list[BaseMessage]]:
+    """Call the prebuilt, tool-bound model on the conversation; the reply may ask for tools.
+
+    The model is streamed (not invoked) so the deadline is checked at every token; passing `config`
+    on keeps LangGraph's "messages" stream seeing those tokens.
+    """
+    context = turn_context(config)
+    messages = list(state["messages"])
+    if not messages or not isinstance(messages[0], SystemMessage):
+        messages.insert(0, context.system_prompt)
+    reply = collect(stream_model(context.llm, messages, context.deadline, config))
+    return {"messages": [reply]}
+
+
+def make_tool_node(tools: Sequence[BaseTool]) -> Callable[[AgentState, RunnableConfig], dict[str, list[BaseMessage]]]:
+    """A node that runs every tool call of the last AI message and answers each with a ToolMessage.
+
+    A failing, unknown or mistyped tool never raises: its ToolMessage says `"Error: ..."` so the
+    model can recover, and the loop continues.
+    """
+    by_name = {tool.name: tool for tool in tools}
+
+    def tool_execution(state: AgentState, config: RunnableConfig) -> dict[str, list[BaseMessage]]:
+        context = turn_context(config)
+        last = state["messages"][-1]
+        calls = last.tool_calls if isinstance(last, AIMessage) else []
+        results: list[BaseMessage] = []
+        for call in calls:
+            context.deadline.check()
+            name, call_id = call["name"], call.get("id") or ""
+            output, failed = _run(by_name.get(name), name, call.get("args") or {}, config)
+            results.append(
+                ToolMessage(
+                    content=truncate_output(output),
+                    tool_call_id=call_id,
+                    name=name,
+                    status="error" if failed else "success",
+                )
+            )
+        return {"messages": results}
+
+    return tool_execution
+
+
+def _run(tool: BaseTool | None, name: str, args: dict[str, Any], config: RunnableConfig) -> tuple[str, bool]:
+    if tool is None:
+        return f"Error: unknown tool {name!r}. Use only the tools you were given.", True
+    try:
+        output = tool.invoke(args, config)
+    except Exception as exc:
+        logger.info("tool %s raised %s", name, type(exc).__name__)
+        return f"Error: {str(exc) or type(exc).__name__}", True
+    text = output if isinstance(output, str) else str(output)
+    return text, text.startswith("Error:")

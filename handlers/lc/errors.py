@@ -1,0 +1,50 @@
+"""Map whatever a LangChain/OpenAI call raised to a short, user-visible AgentInvocationError.
+
+The user sees the message (turn `error`, `error` events), so it names the kind of failure and
+never carries the provider's raw text, which may echo request details.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import openai
+
+from handlers.errors import AgentInvocationError
+from worker.config import mask_secrets
+
+__all__ = ["TurnTimeout", "invocation_error"]
+
+logger = logging.getLogger(__name__)
+
+
+class TurnTimeout(AgentInvocationError):
+    """The agent did not finish within the turn timeout."""
+
+
+def invocation_error(exc: BaseException, *, timeout: float) -> AgentInvocationError:
+    """The AgentInvocationError to raise for `exc` (returned as is when it already is one)."""
+    if isinstance(exc, AgentInvocationError):
+        return exc
+    message = _message(exc, timeout)
+    # The detail goes to the log only (masked), at WARNING: the worker logs the retry itself.
+    logger.warning("agent invocation failed: %s: %s", type(exc).__name__, mask_secrets(str(exc))[:500])
+    if isinstance(exc, openai.APITimeoutError | TimeoutError):
+        return TurnTimeout(message)
+    return AgentInvocationError(message)
+
+
+def _message(exc: BaseException, timeout: float) -> str:
+    if isinstance(exc, openai.APITimeoutError | TimeoutError):
+        return f"The model did not answer within the turn timeout ({timeout:g} s)."
+    if isinstance(exc, openai.AuthenticationError):
+        return "The model service rejected the API key (HTTP 401)."
+    if isinstance(exc, openai.RateLimitError):
+        return "The model service is rate limiting requests (HTTP 429)."
+    if isinstance(exc, openai.APIStatusError):
+        return f"The model service returned an error (HTTP {exc.status_code})."
+    if isinstance(exc, openai.APIConnectionError):
+        return "Could not reach the model service."
+    if isinstance(exc, openai.APIError):
+        return "The model service returned an invalid response."
+    return f"The agent failed ({type(exc).__name__})."

@@ -1,0 +1,181 @@
+"""Payload <-> LangChain message normalisation, both ways (seed "Reactive agent architecture").
+
+A payload is chatq's framework-neutral message dict, as `handlers.history` returns and the
+database stores it: `{"role", "content", "tool_calls", "tool_call_id"}` with tool calls as
+`[{"id", "name", "args"}]`. Tool call ids survive both directions, so a tool result always
+stays attached to the call it answers.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.messages.tool import ToolCall as LCToolCall
+
+from handlers.base import AgentMessage, ToolCall, Usage, empty_usage
+
+__all__ = [
+    "content_text",
+    "image_url",
+    "langchain_to_payload",
+    "payload_to_langchain",
+    "payloads_to_langchain",
+    "to_agent_message",
+    "usage_from",
+    "user_message",
+]
+
+
+def content_text(content: str | list[str | dict[str, Any]] | None) -> str:
+    """The text of a message's content: list content parts are joined, non-text parts dropped."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for part in content:
+        if isinstance(part, str):
+            parts.append(part)
+        elif isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str):
+            parts.append(part["text"])
+    return "".join(parts)
+
+
+def _to_lc_tool_calls(calls: Iterable[Mapping[str, Any]] | None) -> list[LCToolCall]:
+    result: list[LCToolCall] = []
+    for call in calls or ():
+        args = call.get("args")
+        result.append(
+            LCToolCall(
+                name=str(call.get("name") or ""),
+                args=dict(args) if isinstance(args, Mapping) else {},
+                id=str(call["id"]) if call.get("id") is not None else None,
+                type="tool_call",
+            )
+        )
+    return result
+
+
+def _from_lc_tool_calls(calls: Sequence[LCToolCall]) -> list[ToolCall] | None:
+    if not calls:
+        return None
+    return [{"id": call.get("id"), "name": call["name"], "args": dict(call.get("args") or {})} for call in calls]
+
+
+def payload_to_langchain(payload: Mapping[str, Any]) -> BaseMessage:
+    """One payload dict as a LangChain message (system/user/assistant/tool; unknown roles are user)."""
+    role = str(payload.get("role") or "user")
+    content = payload.get("content")
+    if not isinstance(content, str | list):
+        content = "" if content is None else str(content)
+    if role == "system":
+        return SystemMessage(content=content_text(content))
+    if role == "assistant":
+        return AIMessage(content=content_text(content), tool_calls=_to_lc_tool_calls(payload.get("tool_calls")))
+    if role == "tool":
+        return ToolMessage(content=content_text(content), tool_call_id=str(payload.get("tool_call_id") or ""))
+    # User content may be multimodal (text and image parts): keep the parts.
+    return HumanMessage(content=content)
+
+
+def payloads_to_langchain(payloads: Iterable[Mapping[str, Any]]) -> list[BaseMessage]:
+    """A list of payload dicts as LangChain messages, in order."""
+    return [payload_to_langchain(p) for p in payloads]
+
+
+def langchain_to_payload(message: BaseMessage) -> dict[str, Any]:
+    """One LangChain message as a payload dict; tool_calls and tool_call_id are preserved."""
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    if isinstance(message, AIMessage):
+        role = "assistant"
+        tool_calls = _from_lc_tool_calls(message.tool_calls)
+    elif isinstance(message, ToolMessage):
+        role = "tool"
+        tool_call_id = message.tool_call_id
+    elif isinstance(message, SystemMessage):
+        role = "system"
+    else:
+        role = "user"
+    return {
+        "role": role,
+        "content": content_text(message.content),
+        "tool_calls": tool_calls,
+        "tool_call_id": tool_call_id,
+    }
+
+
+def to_agent_message(message: BaseMessage) -> AgentMessage:
+    """A message the agent produced (assistant or tool) as the framework-neutral `AgentMessage`."""
+    payload = langchain_to_payload(message)
+    if payload["role"] not in ("assistant", "tool"):
+        raise ValueError(f"only assistant and tool messages become AgentMessages, got {payload['role']!r}")
+    return AgentMessage.from_dict(payload)
+
+
+_IMAGE_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+
+
+def image_url(image: str) -> str:
+    """An image reference as a URL a model accepts: http(s) and data: URLs as given, bare base64 as a data: URL."""
+    ref = image.strip()
+    if ref.startswith(("http://", "https://", "data:")):
+        return ref
+    try:
+        head = base64.b64decode(ref[:64] + "=" * (-len(ref[:64]) % 4), validate=False)
+    except (binascii.Error, ValueError):
+        head = b""
+    mime = next((m for magic, m in _IMAGE_MAGIC if head.startswith(magic)), None)
+    if mime is None:
+        mime = "image/webp" if head[:4] == b"RIFF" and head[8:12] == b"WEBP" else "image/png"
+    return f"data:{mime};base64,{ref}"
+
+
+def user_message(content: str, images: Sequence[str] | None = None, *, accepts_images: bool = True) -> HumanMessage:
+    """The turn's user message; images become image_url content parts when the model takes images.
+
+    A model that does not take images gets a short note instead, so it can tell the user why it
+    cannot see them rather than pretend there were none.
+    """
+    images = [i for i in images or () if isinstance(i, str) and i.strip()]
+    if not images:
+        return HumanMessage(content=content)
+    if not accepts_images:
+        noun = "image was" if len(images) == 1 else "images were"
+        note = f"[{len(images)} {noun} attached, but this model does not accept images.]"
+        return HumanMessage(content=f"{content}\n\n{note}" if content else note)
+    parts: list[str | dict[str, Any]] = []
+    if content:
+        parts.append({"type": "text", "text": content})
+    parts.extend({"type": "image_url", "image_url": {"url": image_url(i)}} for i in images)
+    return HumanMessage(content=parts)
+
+
+def usage_from(messages: Iterable[BaseMessage]) -> Usage:
+    """Token usage summed over the AI messages' usage_metadata, in chatq's key names."""
+    usage = empty_usage()
+    for message in messages:
+        meta = message.usage_metadata if isinstance(message, AIMessage) else None
+        if not meta:
+            continue
+        prompt = int(meta.get("input_tokens") or 0)
+        completion = int(meta.get("output_tokens") or 0)
+        usage["prompt_tokens"] += prompt
+        usage["completion_tokens"] += completion
+        usage["total_tokens"] += int(meta.get("total_tokens") or prompt + completion)
+    return usage

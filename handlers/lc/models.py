@@ -1,0 +1,76 @@
+"""Chat model clients, built lazily and cached per process.
+
+One client per (model, base URL, API key, timeout): building ChatOpenAI creates an HTTP client and
+connection pool, which every turn of the process should share instead of rebuilding.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+
+from langchain_core.language_models import BaseChatModel
+
+from handlers.errors import AgentInvocationError
+from handlers.lc.echo import EchoChatModel
+from worker.config import ECHO_MODEL, get_settings
+
+__all__ = ["NO_KEY_PLACEHOLDER", "VISION_MODELS_ENV", "get_chat_model", "model_accepts_images"]
+
+VISION_MODELS_ENV = "CHATQ_VISION_MODELS"
+"""Comma-separated extra model names that take images (for self-hosted vision models)."""
+
+NO_KEY_PLACEHOLDER = "chatq-no-key"
+"""Sent as the API key to an OpenAI-compatible server that needs none (vLLM, Ollama, a stub)."""
+
+_VISION_PATTERN = re.compile(r"^(gpt-4o|gpt-4\.1|gpt-5|o1|o3|o4|chatgpt-4o)|vision", re.IGNORECASE)
+
+
+def get_chat_model(model_name: str) -> BaseChatModel:
+    """The process's client for `model_name`: `echo` is the offline model, anything else ChatOpenAI."""
+    name = model_name.strip()
+    if name == ECHO_MODEL:
+        return _echo()
+    settings = get_settings()
+    if not settings.openai_api_key and not settings.openai_base_url:
+        raise AgentInvocationError(
+            f"Model {name!r} needs OPENAI_API_KEY or OPENAI_BASE_URL; use the 'echo' model to run offline."
+        )
+    return _openai(name, settings.openai_base_url, settings.openai_api_key, settings.turn_timeout)
+
+
+@functools.cache
+def _echo() -> BaseChatModel:
+    return EchoChatModel()
+
+
+@functools.lru_cache(maxsize=32)
+def _openai(model: str, base_url: str | None, api_key: str | None, timeout: float) -> BaseChatModel:
+    # Imported here: langchain_openai pulls in openai and httpx, which the echo path never needs.
+    from langchain_openai import ChatOpenAI
+    from pydantic import SecretStr
+
+    return ChatOpenAI(
+        model=model,
+        base_url=base_url,
+        api_key=SecretStr(api_key or NO_KEY_PLACEHOLDER),
+        # Usage arrives in the last streamed chunk; chatq stores and bills it.
+        stream_usage=True,
+        # chatq retries a failed invocation itself (one retry, with events); a hidden SDK retry
+        # would double the wait and break the turn timeout.
+        max_retries=0,
+        timeout=timeout,
+    )
+
+
+def model_accepts_images(model_name: str) -> bool:
+    """True if `model_name` takes image inputs (known vision families, `CHATQ_VISION_MODELS`, echo)."""
+    name = model_name.strip()
+    if name == ECHO_MODEL:
+        return True  # echo takes anything and ignores the images
+    extra = {m.strip() for m in os.environ.get(VISION_MODELS_ENV, "").split(",") if m.strip()}
+    if name in extra:
+        return True
+    # Provider prefixes ("openai/gpt-4o") are common behind gateways such as LiteLLM or OpenRouter.
+    return bool(_VISION_PATTERN.search(name.rsplit("/", 1)[-1]))

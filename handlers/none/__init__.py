@@ -1,0 +1,1 @@
+"""The `none` framework: one plain model call per turn, no tools."""

@@ -1,0 +1,282 @@
+"""The framework-neutral tool registry and chatq's built-in tools.
+
+Tools are plain Python functions with a JSON-schema description; each framework adapter wraps them
+in its own tool type (see `handlers/langgraph/tools.py`), so a tool is written once for every
+framework. `run_tool` is the one way to execute a tool: it never raises, it returns failures as
+`"Error: ..."` strings the model can read and recover from, and it cuts long output.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import math
+import operator
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from handlers.errors import UnknownTool
+from worker.config import get_settings
+
+__all__ = [
+    "Tool",
+    "calculate",
+    "current_time",
+    "default_tool_names",
+    "get_tool",
+    "list_tools",
+    "register_tool",
+    "run_tool",
+]
+
+logger = logging.getLogger(__name__)
+
+TRUNCATION_MARK = " [output truncated]"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tool:
+    """A tool the model may call."""
+
+    name: str
+    """Unique name the model uses to call the tool (letters, digits, `_` and `-`)."""
+    description: str
+    """What the tool does and when to use it; the model reads this."""
+    parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    """JSON schema (type "object") of the keyword arguments the tool takes."""
+    func: Callable[..., str]
+    """The implementation: called with the model's arguments as keywords, returns the result text."""
+    paid: bool = False
+    """True if a call costs money; paid tools are never on by default, a session must ask for them."""
+
+
+_lock = threading.Lock()
+_registry: dict[str, Tool] = {}
+
+
+def register_tool(tool: Tool, *, replace: bool = False) -> Tool:
+    """Add `tool` to the registry (one line per new tool); a second tool of the same name needs `replace`."""
+    if not tool.name or not all(c.isalnum() or c in "_-" for c in tool.name):
+        raise ValueError(f"invalid tool name {tool.name!r}")
+    if tool.parameters.get("type") != "object":
+        raise ValueError(f"tool {tool.name!r}: parameters must be a JSON schema of type 'object'")
+    with _lock:
+        if tool.name in _registry and not replace:
+            raise ValueError(f"a tool named {tool.name!r} is already registered")
+        _registry[tool.name] = tool
+    return tool
+
+
+def get_tool(name: str) -> Tool:
+    """The registered tool called `name`; raises UnknownTool if there is none."""
+    with _lock:
+        tool = _registry.get(name)
+    if tool is None:
+        raise UnknownTool(f"Unknown tool {name!r}; registered tools: {', '.join(list_tool_names()) or 'none'}.")
+    return tool
+
+
+def list_tools() -> list[Tool]:
+    """All registered tools, in registration order."""
+    with _lock:
+        return list(_registry.values())
+
+
+def list_tool_names() -> list[str]:
+    """Names of all registered tools, in registration order."""
+    return [tool.name for tool in list_tools()]
+
+
+def default_tool_names() -> tuple[str, ...]:
+    """The tools a session gets unless it names its own: every registered tool that is not paid."""
+    return tuple(tool.name for tool in list_tools() if not tool.paid)
+
+
+def run_tool(name: str, args: Mapping[str, Any] | None) -> str:
+    """Run a tool and return its output text; failures come back as `"Error: ..."`, never raised.
+
+    The model reads the error and can correct itself, as the seed's tool contract asks; the output is
+    cut at `CHATQ_MAX_TOOL_OUTPUT_CHARS` so one tool cannot flood the context window.
+    """
+    try:
+        tool = get_tool(name)
+        if args is not None and not isinstance(args, Mapping):
+            raise TypeError("arguments must be a JSON object")
+        output = tool.func(**dict(args or {}))
+        text = output if isinstance(output, str) else str(output)
+    except Exception as exc:
+        logger.info("tool %s failed: %s", name, type(exc).__name__)
+        return truncate_output(f"Error: {_describe(exc)}")
+    return truncate_output(text)
+
+
+def truncate_output(text: str, limit: int | None = None) -> str:
+    """Cut `text` to at most `limit` characters (default: the configured tool output limit)."""
+    limit = get_settings().max_tool_output_chars if limit is None else limit
+    if len(text) <= limit:
+        return text
+    return text[: max(limit - len(TRUNCATION_MARK), 0)] + TRUNCATION_MARK
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, UnknownTool):
+        return exc.message
+    if isinstance(exc, KeyError):
+        # KeyError's str() is the quoted key, which reads badly to a model.
+        return f"missing key {exc.args[0]!r}" if exc.args else "missing key"
+    return str(exc) or type(exc).__name__
+
+
+# --- calculator ------------------------------------------------------------------------------
+
+MAX_EXPRESSION_CHARS = 500
+MAX_EXPONENT = 10_000
+MAX_INT_BITS = 4_096  # keeps every intermediate result printable and the work per call tiny
+
+_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+
+Number = int | float
+
+
+def calculate(expression: str) -> Number:
+    """Evaluate arithmetic (numbers, + - * / // % **, unary +-, parentheses) by walking the AST.
+
+    Nothing is ever passed to `eval`: names, calls, attributes, subscripts and every other node are
+    rejected, and exponents and integer sizes are bounded so a call cannot eat the worker's CPU.
+    """
+    if not isinstance(expression, str):
+        raise TypeError("expression must be a string")
+    if len(expression) > MAX_EXPRESSION_CHARS:
+        raise ValueError(f"expression is longer than {MAX_EXPRESSION_CHARS} characters")
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except SyntaxError:
+        raise ValueError(f"not an arithmetic expression: {expression!r}") from None
+    try:
+        return _eval(tree.body)
+    except RecursionError:
+        raise ValueError("expression is nested too deeply") from None
+    except OverflowError:
+        raise ValueError("result is too large") from None
+
+
+def _eval(node: ast.AST) -> Number:
+    if isinstance(node, ast.Constant):
+        if isinstance(node.value, bool) or not isinstance(node.value, int | float):
+            raise ValueError(f"only numbers are allowed, got {node.value!r}")
+        return _checked(node.value)
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _checked(_UNARY[type(node.op)](_eval(node.operand)))
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _eval(node.left), _eval(node.right)
+        if isinstance(node.op, ast.Pow):
+            _check_power(left, right)
+        return _checked(_BINARY[type(node.op)](left, right))
+    if isinstance(node, ast.Name):
+        raise ValueError(f"names are not allowed: {node.id!r}")
+    if isinstance(node, ast.Attribute):
+        raise ValueError("attribute access is not allowed")
+    if isinstance(node, ast.Call):
+        raise ValueError("function calls are not allowed")
+    raise ValueError(f"unsupported syntax: {type(node).__name__}")
+
+
+def _check_power(base: Number, exponent: Number) -> None:
+    if abs(exponent) > MAX_EXPONENT:
+        raise ValueError(f"exponent {exponent} is too large (limit {MAX_EXPONENT})")
+    if isinstance(base, int) and isinstance(exponent, int) and exponent > 0:
+        # Refuse before computing: the result would have about bits(base) * exponent bits.
+        if abs(base) > 1 and (abs(base).bit_length() - 1) * exponent > MAX_INT_BITS:
+            raise ValueError("result is too large")
+    if base < 0 and isinstance(exponent, float) and not exponent.is_integer():
+        raise ValueError("fractional power of a negative number")
+
+
+def _checked(value: Any) -> Number:
+    if isinstance(value, complex):
+        raise ValueError("complex results are not supported")
+    if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
+        raise ValueError("result is too large")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("result is not a finite number")
+    if not isinstance(value, int | float):
+        raise ValueError("result is not a number")
+    return value
+
+
+def format_number(value: Number) -> str:
+    """Render a result: integers exactly, floats with 15 significant digits (6/3 -> "2")."""
+    if isinstance(value, int):
+        return str(value)
+    return format(value, ".15g")
+
+
+def _calculator(expression: str) -> str:
+    return format_number(calculate(expression))
+
+
+# --- current_time ----------------------------------------------------------------------------
+
+
+def current_time(timezone: str = "UTC") -> str:
+    """The current time in `timezone` (an IANA name such as "Europe/Paris"), ISO 8601."""
+    if not isinstance(timezone, str) or not timezone.strip():
+        raise ValueError("timezone must be an IANA time zone name such as 'UTC' or 'Europe/Paris'")
+    name = timezone.strip()
+    if name.upper() in ("UTC", "Z", "GMT"):
+        return datetime.now(UTC).isoformat(timespec="seconds")
+    try:
+        zone = ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {name!r}") from None
+    return datetime.now(zone).isoformat(timespec="seconds")
+
+
+register_tool(
+    Tool(
+        name="calculator",
+        description=(
+            "Evaluate an arithmetic expression exactly. Supports numbers, + - * / // % ** and parentheses. "
+            "Use it for any calculation instead of computing in your head."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "expression": {"type": "string", "description": "The arithmetic expression, e.g. '6*7'."}
+            },
+            "required": ["expression"],
+            "additionalProperties": False,
+        },
+        func=_calculator,
+    )
+)
+register_tool(
+    Tool(
+        name="current_time",
+        description="The current date and time (ISO 8601) in a time zone; UTC unless one is given.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "timezone": {
+                    "type": "string",
+                    "description": "IANA time zone name such as 'UTC' or 'Europe/Paris'.",
+                }
+            },
+            "additionalProperties": False,
+        },
+        func=current_time,
+    )
+)

@@ -1,0 +1,331 @@
+"""The `chatq` command line (SPEC.md, "Command line").
+
+Errors are one clear line on stderr and a non-zero exit code, never a traceback. Producer
+commands import no agent framework, so `chatq submit` returns its turn id quickly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import mimetypes
+import os
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from worker.errors import ChatqError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class CliError(ChatqError):
+    """The command could not be carried out."""
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def _image_ref(value: str) -> str:
+    """An --image argument: a URL as is, or a local file turned into a data: URL."""
+    if value.startswith(("http://", "https://", "data:image/")):
+        return value
+    path = Path(value)
+    if not path.is_file():
+        raise CliError(f"image file not found: {value}")
+    mime = mimetypes.guess_type(path.name)[0] or ""
+    if not mime.startswith("image/"):
+        raise CliError(f"not an image file (by its extension): {value}")
+    return f"data:{mime};base64,{base64.b64encode(path.read_bytes()).decode()}"
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    from models.migrate import upgrade
+    from worker.config import get_settings
+
+    upgrade()
+    print(f"database is up to date ({get_settings().database_url_masked})")
+    return EXIT_OK
+
+
+def cmd_session_create(args: argparse.Namespace) -> int:
+    from worker.producer import create_session
+
+    session_id = create_session(framework=args.framework, model=args.model, system_prompt=args.system_prompt)
+    if args.json:
+        _print_json({"session_id": str(session_id)})
+    else:
+        print(session_id)
+    return EXIT_OK
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from worker.producer import submit_turn
+
+    images = [_image_ref(value) for value in args.image] if args.image else None
+    turn = submit_turn(
+        args.session,
+        args.text,
+        images=images,
+        reply_to=args.reply_to,
+        turn_id=args.turn_id,
+        if_busy=args.if_busy,
+    )
+    if not args.follow:
+        if args.json:
+            _print_json(
+                {
+                    "turn_id": str(turn.turn_id),
+                    "session_id": str(turn.session_id),
+                    "position": turn.position,
+                    "created": turn.created,
+                }
+            )
+        else:
+            print(turn.turn_id)
+        return EXIT_OK
+    if not args.json:
+        print(turn.turn_id, file=sys.stderr)
+    return _follow(turn.turn_id, json_lines=args.json)
+
+
+def _follow(turn_id: uuid.UUID, *, json_lines: bool) -> int:
+    """Print a turn's events to its end; 0 if it succeeded, 1 otherwise."""
+    from worker.follow import EventPrinter, follow_turn
+    from worker.queries import turn_report
+
+    printer = EventPrinter(json_lines=json_lines)
+    last: dict[str, Any] | None = None
+
+    def finished() -> bool:
+        return str(turn_report(turn_id)["status"]) in ("succeeded", "failed", "cancelled")
+
+    for event in follow_turn(turn_id, finished=finished):
+        printer(event)
+        last = event
+    if last is None or last.get("type") not in ("final", "error", "cancelled"):
+        # The replay stream is gone (older than its retention, or Redis lost it): Postgres knows.
+        report = turn_report(turn_id)
+        if json_lines:
+            print(json.dumps({"type": "report", **report}, default=str))
+        else:
+            replies = [m for m in report["messages"] if m["role"] == "assistant"]
+            if replies:
+                print(replies[-1]["content"])
+            if report["error"]:
+                print(f"[{report['status']}: {report['error']}]", file=sys.stderr)
+        return EXIT_OK if report["status"] == "succeeded" else EXIT_FAILED
+    return EXIT_OK if last.get("type") == "final" else EXIT_FAILED
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from worker.follow import EventPrinter, watch_session
+    from worker.payload import parse_uuid
+
+    if args.turn:
+        return _follow(parse_uuid(args.turn, "turn"), json_lines=args.json)
+    if not args.session:
+        raise CliError("give a SESSION to watch, or --turn TURN")
+    printer = EventPrinter(json_lines=args.json)
+    for event in watch_session(parse_uuid(args.session, "session")):
+        printer(event)
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from worker.queries import turn_report
+
+    report = turn_report(args.turn)
+    if args.json:
+        _print_json(report)
+        return EXIT_OK
+    usage = report["usage"]
+    print(f"turn     {report['id']}  (session {report['session_id']}, position {report['position']})")
+    print(f"status   {report['status']}  after {report['attempts']} attempt(s)")
+    if report["error"]:
+        print(f"error    {report['error']}")
+    print(
+        f"usage    {usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion"
+        f" = {usage['total_tokens']} tokens"
+    )
+    for message in report["messages"]:
+        label = message["role"]
+        if message["tool_calls"]:
+            calls = ", ".join(f"{c.get('name')}({json.dumps(c.get('args'))})" for c in message["tool_calls"])
+            print(f"[{label}] calls {calls}")
+        if message["content"] or not message["tool_calls"]:
+            print(f"[{label}] {message['content']}")
+    return EXIT_OK
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from worker.producer import cancel_turn
+
+    status = cancel_turn(args.turn)
+    if status.value == "cancelled":
+        print(f"turn {args.turn} cancelled")
+    else:
+        print(f"turn {args.turn} is running; asked it to stop")
+    return EXIT_OK
+
+
+def cmd_usage(args: argparse.Namespace) -> int:
+    from worker.queries import usage_report
+
+    report = usage_report(args.session)
+    if args.json:
+        _print_json(report)
+        return EXIT_OK
+    print(f"{'model':<32} {'turns':>8} {'prompt':>12} {'completion':>12} {'total':>12}")
+    for row in report["by_model"]:
+        print(
+            f"{row['model']:<32} {row['turns']:>8} {row['prompt_tokens']:>12} "
+            f"{row['completion_tokens']:>12} {row['total_tokens']:>12}"
+        )
+    print(
+        f"{'all':<32} {report['turns']:>8} {report['prompt_tokens']:>12} "
+        f"{report['completion_tokens']:>12} {report['total_tokens']:>12}"
+    )
+    return EXIT_OK
+
+
+def _exec_celery(arguments: list[str]) -> NoReturn:
+    """Replace this process with Celery (signals then reach Celery directly, for graceful shutdown)."""
+    from worker.config import get_settings
+
+    get_settings()  # a bad environment fails here, in one line, not inside Celery
+    command = [sys.executable, "-m", "celery", "-A", "worker.app:app", *arguments]
+    sys.stdout.flush()
+    os.execv(sys.executable, command)
+
+
+def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
+    from worker.config import get_settings
+
+    settings = get_settings()
+    defaults = [
+        "worker",
+        # Turns wait on the model, not the CPU: threads keep many in flight on few cores.
+        "--pool",
+        "threads",
+        "--concurrency",
+        str(settings.worker_concurrency),
+        "--queues",
+        "chatq,chatq.batch",
+        "--task-events",
+        "--loglevel",
+        "INFO",
+    ]
+    _exec_celery(defaults + extra)
+
+
+def cmd_beat(args: argparse.Namespace, extra: list[str]) -> int:
+    schedule = Path(tempfile.gettempdir()) / f"chatq-beat-{os.getuid()}"
+    _exec_celery(["beat", "--schedule", str(schedule), "--loglevel", "INFO", *extra])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="chatq", description="AI-agent chat turns as background jobs.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    db = sub.add_parser("db", help="database schema")
+    db.add_argument("action", choices=["upgrade"], help="create or migrate the schema")
+    db.set_defaults(func=cmd_db)
+
+    sub.add_parser("worker", help="run a worker (extra options go to `celery worker`)", add_help=False)
+    sub.add_parser("beat", help="run the sweeper schedule (extra options go to `celery beat`)", add_help=False)
+
+    session = sub.add_parser("session", help="chat sessions")
+    session_sub = session.add_subparsers(dest="session_command", required=True, metavar="ACTION")
+    create = session_sub.add_parser("create", help="create a session and print its id")
+    create.add_argument("--framework", default="langgraph", help="agent framework: langgraph (default) or none")
+    create.add_argument("--model", help="model name (default: CHATQ_MODEL, or echo without an OpenAI key)")
+    create.add_argument("--system-prompt", help="the session's own instructions")
+    create.add_argument("--json", action="store_true", help="print JSON")
+    create.set_defaults(func=cmd_session_create)
+
+    submit = sub.add_parser("submit", help="enqueue a turn and print its id")
+    submit.add_argument("session", metavar="SESSION")
+    submit.add_argument("text", metavar="TEXT")
+    submit.add_argument("--turn-id", help="use this turn id (idempotent: the same id is accepted once)")
+    submit.add_argument("--image", action="append", metavar="PATH", help="attach an image file or URL (repeatable)")
+    submit.add_argument("--reply-to", type=int, metavar="MSG", help="answer this earlier user message (regenerate)")
+    submit.add_argument("--if-busy", default="enqueue", choices=["enqueue", "reject", "interrupt"])
+    submit.add_argument("--follow", action="store_true", help="stream the reply; exit 0 on success, 1 on failure")
+    submit.add_argument("--json", action="store_true", help="print JSON (with --follow: one event per line)")
+    submit.set_defaults(func=cmd_submit)
+
+    watch = sub.add_parser("watch", help="print live events of a session, or replay one turn")
+    watch.add_argument("session", nargs="?", metavar="SESSION")
+    watch.add_argument("--turn", metavar="TURN", help="replay this turn from its first event to its end")
+    watch.add_argument("--json", action="store_true", help="one JSON event per line")
+    watch.set_defaults(func=cmd_watch)
+
+    show = sub.add_parser("show", help="show a turn and its messages")
+    show.add_argument("turn", metavar="TURN")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=cmd_show)
+
+    cancel = sub.add_parser("cancel", help="cancel a queued or running turn")
+    cancel.add_argument("turn", metavar="TURN")
+    cancel.set_defaults(func=cmd_cancel)
+
+    usage = sub.add_parser("usage", help="token usage totals")
+    usage.add_argument("--session", metavar="S")
+    usage.add_argument("--json", action="store_true")
+    usage.set_defaults(func=cmd_usage)
+    return parser
+
+
+PASSTHROUGH: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {"worker": cmd_worker, "beat": cmd_beat}
+
+
+def _explain(exc: BaseException) -> str:
+    """One line for an error, with any password masked."""
+    from worker.config import mask_secrets
+
+    if isinstance(exc, ChatqError):
+        return mask_secrets(exc.message)
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    module = type(exc).__module__
+    if module.startswith(("sqlalchemy", "psycopg")):
+        from worker.config import get_settings
+
+        return f"cannot use Postgres at {get_settings().database_url_masked}: {mask_secrets(text)}"
+    if module.startswith(("redis", "kombu")):
+        from worker.config import get_settings
+
+        return f"cannot use Redis at {get_settings().redis_url_masked}: {mask_secrets(text)}"
+    return mask_secrets(f"{type(exc).__name__}: {text}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments and arguments[0] in PASSTHROUGH:
+        try:
+            return PASSTHROUGH[arguments[0]](argparse.Namespace(), arguments[1:])
+        except ChatqError as exc:
+            print(f"chatq: error: {_explain(exc)}", file=sys.stderr)
+            return EXIT_FAILED
+    args = build_parser().parse_args(arguments)
+    try:
+        result: int = args.func(args)
+        return result
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as exc:
+        print(f"chatq: error: {_explain(exc)}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""Sending `chatq.run_turn` messages: the one place that knows the task's name, id and routing."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from kombu.exceptions import OperationalError as KombuOperationalError
+from redis import RedisError
+
+from worker.config import mask_secrets
+from worker.payload import TASK_NAME, redacted_kwargs
+
+log = logging.getLogger(__name__)
+
+
+def send_turn(message: Mapping[str, Any], *, queue: str, countdown: float | None = None) -> bool:
+    """Send a turn's task message (task id = turn id). False if the broker is unreachable.
+
+    A turn that could not be sent is still `queued` in Postgres; the sweeper sends it later.
+    """
+    from worker.app import app
+
+    try:
+        app.send_task(
+            TASK_NAME,
+            kwargs=dict(message),
+            task_id=str(message["turn_id"]),
+            queue=queue,
+            countdown=countdown,
+            # Flower and task logs show ids and sizes, never the user's words.
+            kwargsrepr=redacted_kwargs(message),
+            argsrepr="()",
+            retry=True,
+            retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 2},
+        )
+        return True
+    except (KombuOperationalError, RedisError, OSError) as exc:
+        log.warning(
+            "turn %s: could not send to queue %s (the sweeper will re-send it): %s",
+            message.get("turn_id"),
+            queue,
+            mask_secrets(str(exc)),
+        )
+        return False
+
+
+def kick_next(session_id: uuid.UUID) -> None:
+    """Send the session's next queued turn now, so it never waits for the sweeper."""
+    from worker import turns
+
+    try:
+        nxt = turns.next_runnable(session_id)
+    except Exception as exc:  # the sweeper covers this; never fail a finished turn over it
+        log.warning("session %s: could not look up the next turn: %s", session_id, mask_secrets(str(exc)))
+        return
+    if nxt is None:
+        return
+    message = {
+        "turn_id": str(nxt.turn_id),
+        "session_id": str(nxt.session_id),
+        "content": nxt.content,
+        "images": nxt.images,
+        "reply_to": nxt.reply_to,
+    }
+    send_turn(message, queue=nxt.queue)

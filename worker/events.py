@@ -1,0 +1,220 @@
+"""Stream events (SPEC.md, "Stream events"): Redis pub/sub per session plus a replay stream per turn.
+
+Each event costs one round trip: PUBLISH, XADD and EXPIRE go in one non-transactional pipeline.
+Publishing is best effort by design: Postgres holds the truth, so a Redis hiccup is logged and the
+turn goes on rather than failing a reply the model already produced.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import redis
+
+from worker.config import get_settings, mask_secrets
+
+log = logging.getLogger(__name__)
+
+EVENT_VERSION = 1
+
+
+class EventType(enum.StrEnum):
+    """The `type` of a stream event."""
+
+    QUEUED = "queued"
+    STARTED = "started"
+    TEXT = "text"
+    TOOL = "tool"
+    RETRY = "retry"
+    FINAL = "final"
+    ERROR = "error"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_TYPES = frozenset({EventType.FINAL, EventType.ERROR, EventType.CANCELLED})
+
+
+def session_channel(session_id: object) -> str:
+    """The pub/sub channel of a session's events."""
+    return f"chatq:session:{session_id}"
+
+
+def turn_stream(turn_id: object) -> str:
+    """The replay stream of a turn's events."""
+    return f"chatq:events:{turn_id}"
+
+
+_clients: dict[str, Any] = {}
+_clients_lock = threading.Lock()
+
+
+def get_redis() -> redis.Redis:
+    """The process's Redis client for `REDIS_URL` (one connection pool per process)."""
+    key = f"{os.getpid()}"
+    client = _clients.get(key)
+    if client is None:
+        with _clients_lock:
+            client = _clients.get(key)
+            if client is None:
+                client = redis.Redis.from_url(
+                    get_settings().redis_url,
+                    socket_connect_timeout=5,
+                    socket_timeout=10,
+                    health_check_interval=30,
+                    retry_on_timeout=True,
+                )
+                _clients.clear()
+                _clients[key] = client
+    assert isinstance(client, redis.Redis)
+    return client
+
+
+def reset_redis() -> None:
+    """Drop the cached client (tests that switch Redis databases)."""
+    with _clients_lock:
+        for client in _clients.values():
+            client.close()
+        _clients.clear()
+
+
+def last_seq(client: redis.Redis, turn_id: object) -> int:
+    """The `seq` of the newest event of a turn in its replay stream, 0 if none.
+
+    A turn that moves to another worker (retry, takeover) continues its numbering from here.
+    """
+    try:
+        entries = client.xrevrange(turn_stream(turn_id), count=1)
+    except redis.RedisError as exc:
+        log.warning("turn %s: could not read the last event seq: %s", turn_id, mask_secrets(str(exc)))
+        return 0
+    if not entries:
+        return 0
+    try:
+        fields: Any = entries[0][1]
+        return int(json.loads(fields[b"event"])["seq"])
+    except (KeyError, ValueError, TypeError, IndexError):
+        return 0
+
+
+class TurnEvents:
+    """Publishes one turn's events with consecutive `seq` numbers."""
+
+    def __init__(
+        self,
+        *,
+        session_id: object,
+        turn_id: object,
+        client: redis.Redis | None = None,
+        start_seq: int = 0,
+        retention: int | None = None,
+    ) -> None:
+        self.session_id = str(session_id)
+        self.turn_id = str(turn_id)
+        self.client = client or get_redis()
+        self.seq = start_seq
+        self.retention = retention or get_settings().event_retention
+        self._channel = session_channel(self.session_id)
+        self._stream = turn_stream(self.turn_id)
+
+    @classmethod
+    def resume(cls, *, session_id: object, turn_id: object) -> TurnEvents:
+        """A publisher that continues the numbering of events already in the turn's stream."""
+        client = get_redis()
+        return cls(session_id=session_id, turn_id=turn_id, client=client, start_seq=last_seq(client, turn_id))
+
+    def build(self, type_: EventType, attempt: int, **fields: Any) -> dict[str, Any]:
+        """The next event as a dict, consuming one `seq`."""
+        self.seq += 1
+        event: dict[str, Any] = {
+            "v": EVENT_VERSION,
+            "type": type_.value,
+            "session_id": self.session_id,
+            "turn_id": self.turn_id,
+            "attempt": attempt,
+            "seq": self.seq,
+            "ts": round(time.time(), 3),
+        }
+        event.update(fields)
+        return event
+
+    def publish(self, type_: EventType, attempt: int, **fields: Any) -> dict[str, Any]:
+        """Publish one event; never raises for Redis trouble (logged instead)."""
+        event = self.build(type_, attempt, **fields)
+        self.send([event])
+        return event
+
+    def send(self, events: Iterable[Mapping[str, Any]]) -> bool:
+        """Publish already built events in one round trip; retries once on a dropped connection."""
+        payloads = [json.dumps(event, separators=(",", ":"), default=str) for event in events]
+        if not payloads:
+            return True
+        for attempt in (1, 2):
+            try:
+                pipe = self.client.pipeline(transaction=False)
+                for payload in payloads:
+                    pipe.publish(self._channel, payload)
+                    pipe.xadd(self._stream, {"event": payload})
+                pipe.expire(self._stream, self.retention)
+                pipe.execute()
+                return True
+            except redis.RedisError as exc:
+                if attempt == 2:
+                    log.warning(
+                        "turn %s session %s: could not publish %d event(s): %s",
+                        self.turn_id,
+                        self.session_id,
+                        len(payloads),
+                        mask_secrets(str(exc)),
+                    )
+                else:
+                    time.sleep(0.2)
+        return False
+
+
+class TextCoalescer:
+    """Merges text chunks that arrive within a short window into one `text` event.
+
+    The first chunk of a turn is never delayed (time to first token matters most); after that,
+    chunks are held at most `window` seconds. A window of 0 sends every chunk as it comes.
+    """
+
+    def __init__(self, events: TurnEvents, attempt: int, window: float) -> None:
+        self.events = events
+        self.attempt = attempt
+        self.window = window
+        self._buffer: list[str] = []
+        self._first_at = 0.0
+        self._sent_any = False
+        self.messages_sent = 0
+
+    def add(self, text: str) -> None:
+        """Take the next chunk; publish now or hold it for the window."""
+        if not text:
+            return
+        if self.window <= 0 or not self._sent_any:
+            self._sent_any = True
+            self._emit(text)
+            return
+        if not self._buffer:
+            self._first_at = time.monotonic()
+        self._buffer.append(text)
+        if time.monotonic() - self._first_at >= self.window:
+            self.flush()
+
+    def flush(self) -> None:
+        """Publish what is held (call before any non-text event)."""
+        if self._buffer:
+            text = "".join(self._buffer)
+            self._buffer.clear()
+            self._emit(text)
+
+    def _emit(self, text: str) -> None:
+        self.messages_sent += 1
+        self.events.publish(EventType.TEXT, self.attempt, text=text)

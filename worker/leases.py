@@ -1,0 +1,118 @@
+"""Leases on running turns, renewed for the whole process by one background thread.
+
+A worker that dies (kill -9, lost host) stops renewing; once `CHATQ_LEASE_SECONDS` pass, the
+sweeper hands its turns to another worker. The same renewal query reports cancellation requests
+and lost leases, so a running turn learns of either within one renewal interval (about a second)
+at the cost of one query per second per worker process, however many turns it runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from sqlalchemy import func, select, update
+
+from models.db import session_scope
+from models.tables import Turn, TurnStatus
+from worker.config import get_settings, mask_secrets
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(kw_only=True, eq=False)
+class TurnLease:
+    """A running turn's lease as seen by the thread that runs it."""
+
+    turn_id: uuid.UUID
+    """The turn."""
+    token: uuid.UUID
+    """The claim's lease token."""
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    """Set when `chatq cancel` asked this turn to stop."""
+    lost: threading.Event = field(default_factory=threading.Event)
+    """Set when the lease was taken over: this attempt must stop and write nothing."""
+
+
+class LeaseKeeper:
+    """Renews the leases of all turns running in this process."""
+
+    def __init__(self, interval: float | None = None) -> None:
+        settings = get_settings()
+        self.lease_seconds = settings.lease_seconds
+        self.interval = interval if interval is not None else min(1.0, settings.lease_seconds / 3)
+        self._leases: dict[uuid.UUID, TurnLease] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    def register(self, turn_id: uuid.UUID, token: uuid.UUID) -> TurnLease:
+        """Start renewing a claimed turn's lease."""
+        lease = TurnLease(turn_id=turn_id, token=token)
+        with self._lock:
+            self._leases[token] = lease
+            self._ensure_thread()
+        return lease
+
+    def unregister(self, lease: TurnLease) -> None:
+        """Stop renewing (the turn finished or was handed back)."""
+        with self._lock:
+            self._leases.pop(lease.token, None)
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="chatq-leases", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            with self._lock:
+                leases = dict(self._leases)
+            if not leases:
+                continue
+            try:
+                self.renew(leases)
+            except Exception as exc:  # keep renewing through database restarts
+                log.warning("lease renewal failed (will retry): %s", mask_secrets(str(exc)).splitlines()[0])
+
+    def renew(self, leases: dict[uuid.UUID, TurnLease]) -> None:
+        """Extend every lease we hold; flag cancelled turns and leases we no longer hold."""
+        with session_scope() as db:
+            rows = db.execute(
+                update(Turn)
+                .where(Turn.lease_token.in_(list(leases)), Turn.status == TurnStatus.RUNNING)
+                .values(lease_expires_at=func.now() + timedelta(seconds=self.lease_seconds))
+                .returning(Turn.lease_token, Turn.cancel_requested)
+            ).all()
+        held = {row.lease_token: row.cancel_requested for row in rows}
+        for token, lease in leases.items():
+            if token not in held:
+                lease.lost.set()
+            elif held[token]:
+                lease.cancelled.set()
+
+
+_keeper: LeaseKeeper | None = None
+_keeper_lock = threading.Lock()
+
+
+def get_lease_keeper() -> LeaseKeeper:
+    """This process's lease keeper (a fresh one after fork)."""
+    global _keeper
+    with _keeper_lock:
+        if _keeper is None or _keeper._pid != os.getpid():
+            _keeper = LeaseKeeper()
+        return _keeper
+
+
+def cancel_requested(turn_id: uuid.UUID) -> bool:
+    """Whether a cancel was requested for a turn (a direct check, for the moment before streaming)."""
+    with session_scope() as db:
+        return bool(db.execute(select(Turn.cancel_requested).where(Turn.id == turn_id)).scalar_one_or_none())

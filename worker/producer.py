@@ -1,0 +1,211 @@
+"""The producer API: what the CLI and Python producers call. Imports no agent framework.
+
+`submit_turn` writes the turn as `queued` with its user message in one transaction, then sends
+`chatq.run_turn` with task id = turn id. Postgres first means a message lost in Redis is found
+again by the sweeper; the reverse order could run a turn that was never recorded.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import func, select
+
+from models.db import session_scope
+from models.tables import ACTIVE_STATUSES, ChatMessage, ChatSession, Turn, TurnStatus
+from worker import turns
+from worker.config import get_settings
+from worker.dispatch import kick_next, send_turn
+from worker.errors import InvalidTurn, NotCancellable, SessionBusy, TurnConflict, TurnNotFound
+from worker.events import EventType, TurnEvents
+from worker.payload import (
+    INTERACTIVE_QUEUE,
+    QUEUES,
+    TurnRequest,
+    parse_uuid,
+    validate_content,
+    validate_images,
+    validate_reply_to,
+)
+
+log = logging.getLogger(__name__)
+
+FRAMEWORKS = ("langgraph", "none")
+"""Mirrors handlers.FRAMEWORK_CHOICES without importing the handlers package (kept equal by a test)."""
+
+
+class IfBusy(enum.StrEnum):
+    """What to do when a turn is submitted while the session has unfinished turns."""
+
+    ENQUEUE = "enqueue"
+    """Run after the turns before it (the default)."""
+    REJECT = "reject"
+    """Refuse with SessionBusy; nothing is stored."""
+    INTERRUPT = "interrupt"
+    """Cancel the session's unfinished turns, then run this one."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubmittedTurn:
+    """A turn accepted by `submit_turn`."""
+
+    turn_id: uuid.UUID
+    """The turn's id (= the Celery task id)."""
+    session_id: uuid.UUID
+    """Its session."""
+    position: int
+    """Its position in the session."""
+    created: bool
+    """False when the same turn id had already been submitted (idempotent resubmission)."""
+    sent: bool = True
+    """False if Redis was unreachable; the sweeper sends the turn later."""
+    cancelled: list[uuid.UUID] = field(default_factory=list)
+    """Turns cancelled to make way for this one (IfBusy.INTERRUPT)."""
+
+
+def create_session(
+    *,
+    framework: str = "langgraph",
+    model: str | None = None,
+    system_prompt: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    session_id: uuid.UUID | None = None,
+) -> uuid.UUID:
+    """Create a chat session and return its id."""
+    if framework not in FRAMEWORKS:
+        raise InvalidTurn(f"unknown agent framework {framework!r}; choose one of: {', '.join(FRAMEWORKS)}")
+    model = (model or "").strip() or get_settings().default_model
+    if len(model) > 200:
+        raise InvalidTurn("model name is longer than 200 characters")
+    if system_prompt is not None and len(system_prompt) > get_settings().max_content_chars:
+        raise InvalidTurn("system prompt is over CHATQ_MAX_CONTENT_CHARS")
+    new_id = session_id or uuid.uuid4()
+    with session_scope() as db:
+        db.add(
+            ChatSession(
+                id=new_id,
+                agent_framework=framework,
+                model=model,
+                system_prompt=system_prompt,
+                metadata_=metadata or {},
+            )
+        )
+    log.info("session %s created (framework %s, model %s)", new_id, framework, model)
+    return new_id
+
+
+def submit_turn(
+    session_id: uuid.UUID | str,
+    content: str,
+    *,
+    images: Sequence[str] | None = None,
+    reply_to: int | None = None,
+    turn_id: uuid.UUID | str | None = None,
+    queue: str = INTERACTIVE_QUEUE,
+    if_busy: IfBusy | str = IfBusy.ENQUEUE,
+) -> SubmittedTurn:
+    """Store a turn as queued (with its user message) and send it to the workers."""
+    settings = get_settings()
+    if queue not in QUEUES:
+        raise InvalidTurn(f"unknown queue {queue!r}; choose one of: {', '.join(QUEUES)}")
+    try:
+        busy_policy = IfBusy(if_busy)
+    except ValueError:
+        raise InvalidTurn(f"unknown if_busy {if_busy!r}; choose one of: {', '.join(IfBusy)}") from None
+    request = TurnRequest(
+        turn_id=parse_uuid(str(turn_id), "turn_id") if turn_id is not None else uuid.uuid4(),
+        session_id=parse_uuid(str(session_id), "session_id"),
+        content=validate_content(content, settings),
+        images=validate_images(list(images) if images is not None else None, settings),
+        reply_to=validate_reply_to(reply_to),
+    )
+    cancelled: list[uuid.UUID] = []
+    with session_scope() as db:
+        turns.lock_session(db, request.session_id)
+        existing = db.get(Turn, request.turn_id)
+        if existing is not None:
+            return _resubmission(db, existing, request)
+        active = db.execute(
+            select(Turn).where(Turn.session_id == request.session_id, Turn.status.in_(ACTIVE_STATUSES))
+        ).scalars()
+        active_turns = list(active)
+        if active_turns and busy_policy is IfBusy.REJECT:
+            raise SessionBusy(f"session {request.session_id} is busy with {len(active_turns)} unfinished turn(s)")
+        if busy_policy is IfBusy.INTERRUPT:
+            for other in active_turns:
+                _request_cancel(db, other)
+                cancelled.append(other.id)
+        position = turns.insert_turn(db, request, queue=queue)
+    for other_id in cancelled:
+        _announce_cancel(other_id)
+    events = TurnEvents(session_id=request.session_id, turn_id=request.turn_id)
+    events.publish(EventType.QUEUED, 0, position=position)
+    sent = send_turn(request.to_message(), queue=queue)
+    log.info("turn %s session %s: queued at position %d on %s", request.turn_id, request.session_id, position, queue)
+    return SubmittedTurn(
+        turn_id=request.turn_id,
+        session_id=request.session_id,
+        position=position,
+        created=True,
+        sent=sent,
+        cancelled=cancelled,
+    )
+
+
+def _resubmission(db: Any, existing: Turn, request: TurnRequest) -> SubmittedTurn:
+    """The same turn id again: fine if it is the same turn (idempotent), an error otherwise."""
+    user = db.execute(
+        select(ChatMessage.content).where(ChatMessage.turn_id == existing.id, ChatMessage.role == "user")
+    ).scalar_one_or_none()
+    if existing.session_id != request.session_id or user != request.content:
+        raise TurnConflict(f"turn {request.turn_id} already exists with a different session or content")
+    return SubmittedTurn(
+        turn_id=existing.id, session_id=existing.session_id, position=existing.position, created=False, sent=False
+    )
+
+
+def _request_cancel(db: Any, turn: Turn) -> None:
+    """Cancel a turn inside the caller's transaction: queued ones end now, running ones are asked to stop."""
+    if turn.status is TurnStatus.QUEUED:
+        turn.status = TurnStatus.CANCELLED
+        turn.finished_at = func.now()
+    turn.cancel_requested = True
+
+
+def _announce_cancel(turn_id: uuid.UUID) -> None:
+    """Publish `cancelled` for a turn that ended without running (a running one announces itself)."""
+    with session_scope() as db:
+        row = db.get(Turn, turn_id)
+        if row is None or row.status is not TurnStatus.CANCELLED:
+            return
+        session_id = row.session_id
+    TurnEvents.resume(session_id=session_id, turn_id=turn_id).publish(EventType.CANCELLED, 0)
+
+
+def cancel_turn(turn_id: uuid.UUID | str) -> TurnStatus:
+    """Cancel a queued or running turn; returns the status it has now.
+
+    A queued turn ends `cancelled` at once and never runs. A running one is asked to stop: its
+    worker notices within about a second (between chunks), stores nothing of it and ends it.
+    """
+    turn_uuid = parse_uuid(str(turn_id), "turn_id")
+    with session_scope() as db:
+        row = db.execute(select(Turn).where(Turn.id == turn_uuid).with_for_update()).scalar_one_or_none()
+        if row is None:
+            raise TurnNotFound(f"turn {turn_uuid} does not exist")
+        if row.status.finished:
+            if row.status is TurnStatus.CANCELLED:
+                return row.status
+            raise NotCancellable(f"turn {turn_uuid} has already {row.status.value}")
+        _request_cancel(db, row)
+        status, session_id = row.status, row.session_id
+    if status is TurnStatus.CANCELLED:
+        _announce_cancel(turn_uuid)
+        kick_next(session_id)
+    log.info("turn %s: cancel requested (%s)", turn_uuid, status.value)
+    return status

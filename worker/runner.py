@@ -1,0 +1,253 @@
+"""Running one delivery of a turn: claim, run the handler, persist, publish. No Celery in here.
+
+`execute_turn` is what the `chatq.run_turn` task calls; it returns what happened so the task
+can decide on a Celery retry, and it can be called and tested without a worker.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from handlers.base import AgentMessage, StreamEvent, StreamEventKind, Usage
+from handlers.errors import AgentInvocationError, HandlerError, UnknownFramework
+from models.tables import TurnStatus
+from worker import turns
+from worker.config import get_settings, mask_secrets
+from worker.dispatch import kick_next
+from worker.errors import InvalidTurn
+from worker.events import EventType, TextCoalescer, TurnEvents
+from worker.leases import TurnLease, get_lease_keeper
+from worker.payload import TurnRequest
+
+log = logging.getLogger(__name__)
+
+
+class Outcome(enum.StrEnum):
+    """What one delivery of a turn did."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    RETRY = "retry"
+    SKIPPED = "skipped"
+    BUSY = "busy"
+    LOST = "lost"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Result:
+    """The outcome of `execute_turn`."""
+
+    outcome: Outcome
+    """What happened."""
+    retry_after: float | None = None
+    """For RETRY and BUSY: seconds after which the task should be delivered again."""
+    attempt: int = 0
+    """The handler invocation this delivery ran (0 if none)."""
+
+
+class TurnCancelled(Exception):
+    """The turn was cancelled while it ran."""
+
+
+class LeaseLost(Exception):
+    """Another worker took the turn over: this attempt must not write."""
+
+
+def execute_turn(request: TurnRequest, *, queue: str, worker: str) -> Result:
+    """Run one delivery of a turn end to end; infrastructure errors propagate to the caller."""
+    claimed = turns.claim_turn(request.turn_id, worker=worker)
+    if claimed.status is turns.ClaimStatus.NOT_FOUND:
+        try:
+            turns.ensure_turn(request, queue=queue)
+        except InvalidTurn as exc:
+            reject(request.turn_id, request.session_id, exc.message)
+            return Result(outcome=Outcome.FAILED)
+        claimed = turns.claim_turn(request.turn_id, worker=worker)
+    status = claimed.status
+    if status is turns.ClaimStatus.BUSY:
+        log.info("turn %s: running elsewhere, checking again in %.1fs", request.turn_id, claimed.retry_after or 0)
+        return Result(outcome=Outcome.BUSY, retry_after=(claimed.retry_after or 0) + 0.5)
+    if status in (turns.ClaimStatus.POISONED, turns.ClaimStatus.CANCELLED):
+        terminal = EventType.ERROR if status is turns.ClaimStatus.POISONED else EventType.CANCELLED
+        events = TurnEvents.resume(session_id=request.session_id, turn_id=request.turn_id)
+        fields = (
+            {"error": "the turn was abandoned after repeated worker failures"} if terminal is EventType.ERROR else {}
+        )
+        events.publish(terminal, 0, **fields)
+        log.warning("turn %s session %s: ended %s at claim", request.turn_id, request.session_id, status.value)
+        kick_next(request.session_id)
+        return Result(outcome=Outcome.FAILED if terminal is EventType.ERROR else Outcome.CANCELLED)
+    if claimed.claim is None:
+        log.debug("turn %s: nothing to claim (%s)", request.turn_id, status.value)
+        return Result(outcome=Outcome.SKIPPED)
+    return run_claimed(claimed.claim)
+
+
+def run_claimed(claim: turns.Claim) -> Result:
+    """Run the handler for a claimed turn and record how it ended."""
+    events = TurnEvents.resume(session_id=claim.session.id, turn_id=claim.turn_id)
+    events.publish(EventType.STARTED, claim.attempt)
+    log.info(
+        "turn %s session %s: attempt %d started (framework %s, model %s)",
+        claim.turn_id,
+        claim.session.id,
+        claim.attempt,
+        claim.session.agent_framework,
+        claim.session.model,
+    )
+    keeper = get_lease_keeper()
+    lease = keeper.register(claim.turn_id, claim.lease_token)
+    try:
+        messages, usage = run_handler(claim, events, lease)
+    except TurnCancelled:
+        if turns.finish_turn(claim, TurnStatus.CANCELLED):
+            events.publish(EventType.CANCELLED, claim.attempt)
+            log.info("turn %s session %s: cancelled while running", claim.turn_id, claim.session.id)
+            kick_next(claim.session.id)
+        return Result(outcome=Outcome.CANCELLED, attempt=claim.attempt)
+    except LeaseLost:
+        log.warning(
+            "turn %s session %s: lease lost, attempt %d abandoned", claim.turn_id, claim.session.id, claim.attempt
+        )
+        return Result(outcome=Outcome.LOST, attempt=claim.attempt)
+    except AgentInvocationError as exc:
+        return handle_agent_failure(claim, events, exc)
+    except (UnknownFramework, InvalidTurn, HandlerError) as exc:
+        return fail(claim, events, exc.message)
+    finally:
+        keeper.unregister(lease)
+    if not turns.complete_turn(claim, messages, usage):
+        log.warning("turn %s: lease lost before the reply was stored; another attempt owns it", claim.turn_id)
+        return Result(outcome=Outcome.LOST, attempt=claim.attempt)
+    events.publish(
+        EventType.FINAL,
+        claim.attempt,
+        messages=[message.to_dict() for message in messages],
+        usage=usage,
+    )
+    log.info(
+        "turn %s session %s: succeeded on attempt %d (%d messages, %d tokens)",
+        claim.turn_id,
+        claim.session.id,
+        claim.attempt,
+        len(messages),
+        usage.get("total_tokens", 0),
+    )
+    kick_next(claim.session.id)
+    return Result(outcome=Outcome.SUCCEEDED, attempt=claim.attempt)
+
+
+def run_handler(claim: turns.Claim, events: TurnEvents, lease: TurnLease) -> tuple[list[AgentMessage], Usage]:
+    """Stream the session's handler, relaying text and tool events; fall back to invoke()."""
+    from handlers import get_agent_handler
+
+    settings = get_settings()
+    handler = get_agent_handler(claim.session)
+    images = list(claim.images) if claim.images else None
+    try:
+        stream: Iterator[StreamEvent] = iter(handler.stream(claim.content, images, claim.reply_to))
+        first = next(stream, None)
+    except NotImplementedError:
+        check_lease(lease)
+        messages, usage = handler.invoke(claim.content, images, claim.reply_to)
+        return validate_reply(messages, usage)
+    coalescer = TextCoalescer(events, claim.attempt, settings.text_coalesce_ms / 1000.0)
+    final: StreamEvent | None = None
+    event = first
+    try:
+        while event is not None:
+            check_lease(lease)
+            if event.kind == StreamEventKind.TEXT:
+                coalescer.add(event.text)
+            elif event.kind == StreamEventKind.TOOL and event.tool is not None:
+                coalescer.flush()
+                tool = {key: event.tool.get(key) for key in ("id", "name", "status")}
+                events.publish(EventType.TOOL, claim.attempt, tool=tool)
+            elif event.kind == StreamEventKind.FINAL:
+                final = event
+            event = next(stream, None)
+    finally:
+        coalescer.flush()
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
+    if final is None:
+        raise AgentInvocationError("the agent stream ended without a final reply")
+    check_lease(lease)
+    return validate_reply(final.response, final.usage)
+
+
+def check_lease(lease: TurnLease) -> None:
+    """Stop between chunks if the turn was cancelled or taken over."""
+    if lease.lost.is_set():
+        raise LeaseLost
+    if lease.cancelled.is_set():
+        raise TurnCancelled
+
+
+def validate_reply(messages: object, usage: object) -> tuple[list[AgentMessage], Usage]:
+    """Hold handlers to the contract: a non-empty list of AgentMessage and integer usage."""
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, AgentMessage) for m in messages):
+        raise AgentInvocationError("the agent returned no reply")
+    clean: Usage = {}
+    source = usage if isinstance(usage, dict) else {}
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        value = source.get(key, 0)
+        clean[key] = int(value) if isinstance(value, int | float) else 0
+    if not clean["total_tokens"]:
+        clean["total_tokens"] = clean["prompt_tokens"] + clean["completion_tokens"]
+    return messages, clean
+
+
+def handle_agent_failure(claim: turns.Claim, events: TurnEvents, exc: AgentInvocationError) -> Result:
+    """Retry once (CHATQ_MAX_ATTEMPTS invocations in all), then fail the turn."""
+    settings = get_settings()
+    error = mask_secrets(exc.message)
+    if claim.attempt < settings.max_attempts:
+        if turns.requeue_turn(claim, error=error):
+            events.publish(EventType.RETRY, claim.attempt, error=error)
+            log.warning(
+                "turn %s session %s: attempt %d failed, retrying: %s",
+                claim.turn_id,
+                claim.session.id,
+                claim.attempt,
+                error,
+            )
+            return Result(outcome=Outcome.RETRY, retry_after=settings.retry_delay, attempt=claim.attempt)
+        return Result(outcome=Outcome.LOST, attempt=claim.attempt)
+    return fail(claim, events, error)
+
+
+def fail(claim: turns.Claim, events: TurnEvents, error: str) -> Result:
+    """End the turn as failed with a user-visible error."""
+    if not turns.finish_turn(claim, TurnStatus.FAILED, error):
+        return Result(outcome=Outcome.LOST, attempt=claim.attempt)
+    events.publish(EventType.ERROR, claim.attempt, error=error)
+    log.warning(
+        "turn %s session %s: failed after attempt %d: %s", claim.turn_id, claim.session.id, claim.attempt, error
+    )
+    kick_next(claim.session.id)
+    return Result(outcome=Outcome.FAILED, attempt=claim.attempt)
+
+
+def reject(turn_id: uuid.UUID, session_id: uuid.UUID | None, error: str) -> None:
+    """Refuse an invalid turn message: no retry, nothing stored, one clear log line.
+
+    Consumers of the session's channel get an `error` event, unless a valid turn with this id
+    exists (then the malformed message was a stray copy, and the real turn goes on).
+    """
+    log.warning("turn %s session %s: rejected: %s", turn_id, session_id, error)
+    if turn_id.int == 0 or session_id is None:
+        return
+    try:
+        if turns.turn_exists(turn_id):
+            return
+    except Exception as exc:
+        log.warning("turn %s: could not check for an existing turn: %s", turn_id, mask_secrets(str(exc)))
+        return
+    TurnEvents.resume(session_id=session_id, turn_id=turn_id).publish(EventType.ERROR, 0, error=error)

@@ -1,0 +1,52 @@
+"""The sweeper (`chatq beat` runs it every CHATQ_SWEEP_INTERVAL seconds).
+
+Redis is only transport and keeps nothing on disk, so Postgres is searched for turns whose
+message can no longer arrive: runnable `queued` turns not sent for CHATQ_REQUEUE_GRACE seconds,
+and `running` turns whose lease ran out (their worker died). Both are sent again; the claim
+decides who runs them, and a turn whose workers keep dying is failed there (CHATQ_MAX_DELIVERIES).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from worker import turns
+from worker.config import get_settings
+from worker.dispatch import send_turn
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepReport:
+    """What one sweep did."""
+
+    resent: int
+    """Turns sent again (lost messages and expired leases)."""
+    expired_leases: int
+    """Of those, turns taken back from a worker whose lease ran out."""
+
+    def as_dict(self) -> dict[str, int]:
+        """JSON form for the task result and logs."""
+        return {"resent": self.resent, "expired_leases": self.expired_leases}
+
+
+def sweep_once() -> SweepReport:
+    """One pass of the sweeper."""
+    settings = get_settings()
+    resend, expired = turns.stale_turns(grace_seconds=settings.requeue_grace)
+    for turn in resend:
+        message = {
+            "turn_id": str(turn.turn_id),
+            "session_id": str(turn.session_id),
+            "content": turn.content,
+            "images": turn.images,
+            "reply_to": turn.reply_to,
+        }
+        send_turn(message, queue=turn.queue)
+    for turn_id in expired:
+        log.warning("turn %s: lease expired, handed to another worker", turn_id)
+    if resend:
+        log.info("sweeper re-sent %d turn(s), %d after an expired lease", len(resend), len(expired))
+    return SweepReport(resent=len(resend), expired_leases=len(expired))

@@ -1,0 +1,85 @@
+"""Celery tasks. Thin bodies: parse the message, call plain functions, declare the retry policy."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from celery import Task
+from kombu.exceptions import OperationalError as KombuOperationalError
+from redis import RedisError
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from worker.app import app
+from worker.config import get_settings, mask_secrets
+from worker.errors import InvalidTurn
+from worker.payload import BATCH_QUEUE, INTERACTIVE_QUEUE, parse_turn_request
+from worker.runner import Outcome, execute_turn, reject
+
+log = logging.getLogger(__name__)
+
+# Postgres or Redis restarting: the turn is not at fault, so retry without limit, backing off.
+INFRASTRUCTURE_ERRORS = (OperationalError, DBAPIError, RedisError, KombuOperationalError, ConnectionError)
+
+
+@app.task(
+    name="chatq.run_turn",
+    bind=True,
+    # Our own signature checks give clear errors; Celery's would raise before the body runs.
+    typing=False,
+    acks_late=True,
+    ignore_result=True,
+    # Retry budget of AgentInvocationError lives in Postgres (`attempts`, CHATQ_MAX_ATTEMPTS), which
+    # survives redelivery; Celery's counter does not, so it is not the limit here.
+    max_retries=None,
+)
+def run_turn(self: Task[Any, Any], *args: Any, **kwargs: Any) -> str:
+    """Run one chat turn (SPEC.md, "The task")."""
+    delivery = getattr(self.request, "delivery_info", None) or {}
+    queue = delivery.get("routing_key") or INTERACTIVE_QUEUE
+    if queue not in (INTERACTIVE_QUEUE, BATCH_QUEUE):
+        queue = INTERACTIVE_QUEUE
+    try:
+        if args:
+            raise InvalidTurn("chatq.run_turn takes keyword arguments only")
+        request = parse_turn_request(kwargs, task_id=self.request.id)
+    except InvalidTurn as exc:
+        reject(*_ids(kwargs, self.request.id), exc.message)
+        return Outcome.FAILED.value
+    try:
+        result = execute_turn(request, queue=queue, worker=self.request.hostname or "worker")
+    except INFRASTRUCTURE_ERRORS as exc:
+        countdown = min(30.0, 1.0 * 2 ** min(self.request.retries, 5))
+        log.warning(
+            "turn %s: infrastructure error, retrying in %.0fs: %s",
+            request.turn_id,
+            countdown,
+            mask_secrets(str(exc)).splitlines()[0],
+        )
+        raise self.retry(exc=exc, countdown=countdown) from None
+    if result.outcome in (Outcome.RETRY, Outcome.BUSY):
+        raise self.retry(countdown=result.retry_after or get_settings().retry_delay)
+    return result.outcome.value
+
+
+def _ids(kwargs: dict[str, Any], task_id: str | None) -> tuple[uuid.UUID, uuid.UUID | None]:
+    """The turn and session ids of an invalid message, as far as they can be trusted."""
+    # The task id is the turn id by contract; a body claiming another id is not trusted.
+    try:
+        turn_id = uuid.UUID(str(task_id))
+    except ValueError:
+        turn_id = uuid.UUID(int=0)
+    try:
+        session_id: uuid.UUID | None = uuid.UUID(str(kwargs.get("session_id")))
+    except ValueError:
+        session_id = None
+    return turn_id, session_id
+
+
+@app.task(name="chatq.sweep", ignore_result=True, acks_late=False)
+def sweep() -> dict[str, int]:
+    """Re-send lost turns and take over expired leases (run by `chatq beat`)."""
+    from worker.sweeper import sweep_once
+
+    return sweep_once().as_dict()

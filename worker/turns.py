@@ -1,0 +1,421 @@
+"""Turn state in Postgres: creating, claiming, finishing. Postgres is the source of truth.
+
+Every transition is one short transaction guarded by a condition on the row, so a duplicate or
+stale worker finds nothing to change instead of writing twice:
+
+- a claim takes a `queued` turn (or a `running` one whose lease expired) only when no earlier turn
+  of its session is still active, under the session row lock;
+- finishing requires the claim's `lease_token`; a worker that lost its lease cannot write.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import and_, exists, func, insert, or_, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.orm import Session
+
+from handlers.base import AgentMessage, SessionInfo, Usage
+from models.db import session_scope
+from models.tables import ACTIVE_STATUSES, MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
+from worker.config import get_settings
+from worker.errors import InvalidTurn, SessionNotFound
+from worker.payload import TurnRequest
+
+log = logging.getLogger(__name__)
+
+
+class ClaimStatus(enum.StrEnum):
+    """What a claim attempt found."""
+
+    CLAIMED = "claimed"
+    NOT_FOUND = "not_found"
+    FINISHED = "finished"
+    BUSY = "busy"
+    BLOCKED = "blocked"
+    POISONED = "poisoned"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """A turn this worker now runs, with everything the run needs."""
+
+    turn_id: uuid.UUID
+    """The turn (= task id)."""
+    session: SessionInfo
+    """The session, detached from the database."""
+    position: int
+    """The turn's position in its session."""
+    attempt: int
+    """The handler invocation this claim starts (1 for the first)."""
+    deliveries: int
+    """How many times the turn has been claimed, this one included."""
+    lease_token: uuid.UUID
+    """Proof of ownership; finishing writes require it."""
+    content: str
+    """The user's message."""
+    images: tuple[str, ...] | None
+    """Images attached to the user's message."""
+    reply_to: int | None
+    """The user message being answered, for regenerate/edit."""
+    queue: str
+    """The queue the turn travels on."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClaimResult:
+    """The outcome of `claim_turn`."""
+
+    status: ClaimStatus
+    """What the claim found."""
+    claim: Claim | None = None
+    """Set when `status` is CLAIMED."""
+    retry_after: float | None = None
+    """For BUSY: seconds until the current lease runs out."""
+
+
+def session_info(row: ChatSession) -> SessionInfo:
+    """A detached, immutable view of a session row for handlers."""
+    return SessionInfo(
+        id=row.id,
+        agent_framework=row.agent_framework,
+        model=row.model,
+        system_prompt=row.system_prompt,
+        metadata_=dict(row.metadata_ or {}),
+    )
+
+
+def ensure_session(db: Session, session_id: uuid.UUID) -> None:
+    """Create a session with the defaults if it does not exist (turns sent straight through Redis)."""
+    settings = get_settings()
+    db.execute(
+        pg_insert(ChatSession)
+        .values(id=session_id, agent_framework="langgraph", model=settings.default_model, metadata_={})
+        .on_conflict_do_nothing(index_elements=[ChatSession.id])
+    )
+
+
+def lock_session(db: Session, session_id: uuid.UUID) -> ChatSession:
+    """Lock a session row for this transaction (FOR NO KEY UPDATE: foreign-key checks still pass)."""
+    row = db.execute(
+        select(ChatSession).where(ChatSession.id == session_id).with_for_update(key_share=True)
+    ).scalar_one_or_none()
+    if row is None:
+        raise SessionNotFound(f"session {session_id} does not exist")
+    return row
+
+
+def check_reply_to(db: Session, session_id: uuid.UUID, reply_to: int | None) -> None:
+    """reply_to must be a user message of the same session."""
+    if reply_to is None:
+        return
+    role = db.execute(
+        select(ChatMessage.role).where(ChatMessage.id == reply_to, ChatMessage.session_id == session_id)
+    ).scalar_one_or_none()
+    if role is None:
+        raise InvalidTurn(f"reply_to {reply_to} is not a message of session {session_id}")
+    if role != "user":
+        raise InvalidTurn(f"reply_to {reply_to} is a {role} message; it must be a user message")
+
+
+def insert_turn(db: Session, request: TurnRequest, *, queue: str) -> int:
+    """Add a queued turn and its user message under the session lock; returns the turn's position."""
+    session_row = lock_session(db, request.session_id)
+    check_reply_to(db, request.session_id, request.reply_to)
+    position = session_row.next_turn_position
+    session_row.next_turn_position = position + 1
+    db.execute(
+        insert(Turn).values(
+            id=request.turn_id,
+            session_id=request.session_id,
+            position=position,
+            status=TurnStatus.QUEUED,
+            queue=queue,
+            reply_to=request.reply_to,
+        )
+    )
+    db.execute(
+        insert(ChatMessage).values(
+            session_id=request.session_id,
+            turn_id=request.turn_id,
+            position=position * MESSAGE_POSITION_STRIDE,
+            role="user",
+            content=request.content,
+            images=list(request.images) if request.images else None,
+        )
+    )
+    return position
+
+
+def ensure_turn(request: TurnRequest, *, queue: str) -> bool:
+    """Insert a turn that arrived only through Redis; True if it was inserted now."""
+    with session_scope() as db:
+        if db.get(Turn, request.turn_id) is not None:
+            return False
+        ensure_session(db, request.session_id)
+        db.flush()
+        lock_session(db, request.session_id)
+        # Re-check under the lock: two copies of the same message may race to insert.
+        if db.get(Turn, request.turn_id) is not None:
+            return False
+        insert_turn(db, request, queue=queue)
+        return True
+
+
+def turn_exists(turn_id: uuid.UUID) -> bool:
+    """Whether a turn row exists."""
+    with session_scope() as db:
+        return db.get(Turn, turn_id) is not None
+
+
+def claim_turn(turn_id: uuid.UUID, *, worker: str) -> ClaimResult:
+    """Take a turn for running, if it is this turn's go. See the module docstring."""
+    settings = get_settings()
+    with session_scope() as db:
+        session_id = db.execute(select(Turn.session_id).where(Turn.id == turn_id)).scalar_one_or_none()
+        if session_id is None:
+            return ClaimResult(status=ClaimStatus.NOT_FOUND)
+        # Serialise claims per session: two turns of a session can never both pass the check below.
+        session_row = lock_session(db, session_id)
+        turn = db.execute(select(Turn).where(Turn.id == turn_id).with_for_update()).scalar_one()
+        if turn.status not in (TurnStatus.QUEUED, TurnStatus.RUNNING):
+            return ClaimResult(status=ClaimStatus.FINISHED)
+        now = db.execute(select(func.now())).scalar_one()
+        if turn.status is TurnStatus.RUNNING and turn.lease_expires_at is not None and turn.lease_expires_at > now:
+            return ClaimResult(status=ClaimStatus.BUSY, retry_after=(turn.lease_expires_at - now).total_seconds())
+        earlier_active = db.execute(
+            select(
+                exists().where(
+                    Turn.session_id == session_id,
+                    Turn.position < turn.position,
+                    Turn.status.in_(ACTIVE_STATUSES),
+                )
+            )
+        ).scalar_one()
+        if earlier_active:
+            return ClaimResult(status=ClaimStatus.BLOCKED)
+        if turn.cancel_requested:
+            turn.status = TurnStatus.CANCELLED
+            turn.finished_at = now
+            turn.lease_token = None
+            turn.lease_expires_at = None
+            return ClaimResult(status=ClaimStatus.CANCELLED)
+        if turn.deliveries >= settings.max_deliveries:
+            turn.status = TurnStatus.FAILED
+            turn.error = (
+                f"the turn was abandoned: its worker stopped {turn.deliveries} times while running it "
+                f"(CHATQ_MAX_DELIVERIES={settings.max_deliveries})"
+            )
+            turn.finished_at = now
+            turn.lease_token = None
+            turn.lease_expires_at = None
+            return ClaimResult(status=ClaimStatus.POISONED)
+        user = db.execute(
+            select(ChatMessage.content, ChatMessage.images).where(
+                ChatMessage.turn_id == turn_id, ChatMessage.role == "user"
+            )
+        ).one()
+        token = uuid.uuid4()
+        turn.status = TurnStatus.RUNNING
+        turn.attempts += 1
+        turn.deliveries += 1
+        turn.lease_token = token
+        turn.lease_expires_at = now + timedelta(seconds=settings.lease_seconds)
+        turn.worker = worker[:255]
+        if turn.started_at is None:
+            turn.started_at = now
+        claim = Claim(
+            turn_id=turn_id,
+            session=session_info(session_row),
+            position=turn.position,
+            attempt=turn.attempts,
+            deliveries=turn.deliveries,
+            lease_token=token,
+            content=user.content,
+            images=tuple(user.images) if user.images else None,
+            reply_to=turn.reply_to,
+            queue=turn.queue,
+        )
+        return ClaimResult(status=ClaimStatus.CLAIMED, claim=claim)
+
+
+def _owned(claim: Claim) -> Any:
+    return and_(Turn.id == claim.turn_id, Turn.status == TurnStatus.RUNNING, Turn.lease_token == claim.lease_token)
+
+
+def complete_turn(claim: Claim, messages: Sequence[AgentMessage], usage: Usage) -> bool:
+    """Store the reply and usage in one transaction; False (nothing written) if the lease was lost."""
+    if len(messages) >= MESSAGE_POSITION_STRIDE:
+        raise InvalidTurn(f"the agent produced {len(messages)} messages, more than one turn can hold")
+    with session_scope() as db:
+        done = db.execute(
+            update(Turn)
+            .where(_owned(claim))
+            .values(
+                status=TurnStatus.SUCCEEDED,
+                prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                completion_tokens=int(usage.get("completion_tokens", 0)),
+                total_tokens=int(usage.get("total_tokens", 0)),
+                error=None,
+                lease_token=None,
+                lease_expires_at=None,
+                finished_at=func.now(),
+            )
+            .returning(Turn.id)
+        ).scalar_one_or_none()
+        if done is None:
+            return False
+        base = claim.position * MESSAGE_POSITION_STRIDE
+        db.execute(
+            insert(ChatMessage),
+            [
+                {
+                    "session_id": claim.session.id,
+                    "turn_id": claim.turn_id,
+                    "position": base + index,
+                    "role": message.role,
+                    "content": message.content,
+                    "tool_calls": message.tool_calls,
+                    "tool_call_id": message.tool_call_id,
+                }
+                for index, message in enumerate(messages, start=1)
+            ],
+        )
+        return True
+
+
+def finish_turn(claim: Claim, status: TurnStatus, error: str | None = None) -> bool:
+    """End an owned turn as failed or cancelled; False if the lease was lost."""
+    with session_scope() as db:
+        done = db.execute(
+            update(Turn)
+            .where(_owned(claim))
+            .values(status=status, error=error, lease_token=None, lease_expires_at=None, finished_at=func.now())
+            .returning(Turn.id)
+        ).scalar_one_or_none()
+        return done is not None
+
+
+def requeue_turn(claim: Claim, *, error: str | None = None) -> bool:
+    """Hand an owned turn back to the queue (for its retry, or on shutdown); False if not owned."""
+    with session_scope() as db:
+        done = db.execute(
+            update(Turn)
+            .where(_owned(claim))
+            .values(
+                status=TurnStatus.QUEUED,
+                error=error,
+                lease_token=None,
+                lease_expires_at=None,
+                enqueued_at=func.now(),
+                # A clean hand-back is not a crash: only consecutive crashed deliveries count as poison.
+                deliveries=0,
+            )
+            .returning(Turn.id)
+        ).scalar_one_or_none()
+        return done is not None
+
+
+@dataclass(frozen=True, kw_only=True)
+class NextTurn:
+    """The turn that may run next in a session."""
+
+    turn_id: uuid.UUID
+    """Its id."""
+    session_id: uuid.UUID
+    """Its session."""
+    queue: str
+    """The queue to send it on."""
+    content: str
+    """The user's message, to rebuild the task message."""
+    images: list[str] | None
+    """Its images."""
+    reply_to: int | None
+    """Its reply_to."""
+
+
+def next_runnable(session_id: uuid.UUID) -> NextTurn | None:
+    """The session's head turn if it is queued and nothing runs before it; marks it as re-sent."""
+    with session_scope() as db:
+        head = db.execute(
+            select(Turn)
+            .where(Turn.session_id == session_id, Turn.status.in_(ACTIVE_STATUSES))
+            .order_by(Turn.position)
+            .limit(1)
+            .with_for_update(skip_locked=True)
+        ).scalar_one_or_none()
+        if head is None or head.status is not TurnStatus.QUEUED:
+            return None
+        head.enqueued_at = func.now()
+        return _next_turn(db, head)
+
+
+def _next_turn(db: Session, turn: Turn) -> NextTurn:
+    user = db.execute(
+        select(ChatMessage.content, ChatMessage.images).where(
+            ChatMessage.turn_id == turn.id, ChatMessage.role == "user"
+        )
+    ).one_or_none()
+    return NextTurn(
+        turn_id=turn.id,
+        session_id=turn.session_id,
+        queue=turn.queue,
+        content=user.content if user is not None else "",
+        images=list(user.images) if user is not None and user.images else None,
+        reply_to=turn.reply_to,
+    )
+
+
+def stale_turns(*, grace_seconds: float, limit: int = 500) -> tuple[list[NextTurn], list[uuid.UUID]]:
+    """For the sweeper: runnable queued turns not sent for `grace_seconds`, and turns whose lease expired.
+
+    Expired leases are released back to `queued` here (so the re-sent message can claim them), and
+    both kinds are marked as re-sent now, so overlapping sweeps do not send twice.
+    """
+    with session_scope() as db:
+        now = db.execute(select(func.now())).scalar_one()
+        earlier = Turn.__table__.alias("earlier")
+        no_earlier_active = ~exists().where(
+            earlier.c.session_id == Turn.session_id,
+            earlier.c.position < Turn.position,
+            earlier.c.status.in_(ACTIVE_STATUSES),
+        )
+        rows = (
+            db.execute(
+                select(Turn)
+                .where(
+                    or_(
+                        and_(
+                            Turn.status == TurnStatus.QUEUED,
+                            Turn.enqueued_at < now - timedelta(seconds=grace_seconds),
+                            no_earlier_active,
+                        ),
+                        and_(Turn.status == TurnStatus.RUNNING, Turn.lease_expires_at < now),
+                    )
+                )
+                .order_by(Turn.created_at)
+                .limit(limit)
+                .with_for_update(skip_locked=True, of=Turn)
+            )
+            .scalars()
+            .all()
+        )
+        resend: list[NextTurn] = []
+        expired: list[uuid.UUID] = []
+        for turn in rows:
+            if turn.status is TurnStatus.RUNNING:
+                expired.append(turn.id)
+                turn.status = TurnStatus.QUEUED
+                turn.lease_token = None
+                turn.lease_expires_at = None
+            turn.enqueued_at = now
+            resend.append(_next_turn(db, turn))
+        return resend, expired
