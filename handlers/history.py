@@ -15,17 +15,19 @@ whose tool call it answers.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Row, Select, func, select
+from sqlalchemy import Connection, Integer, Row, Select, and_, bindparam, func, select
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 
 from handlers.errors import HandlerError
 from handlers.tokens import count_message_tokens, count_tokens
 from models.db import get_engine
-from models.tables import ChatMessage, Turn, TurnStatus
+from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, Turn, TurnStatus
 from worker.config import get_settings
 
 __all__ = ["History", "build_history"]
@@ -78,9 +80,10 @@ def build_history(
         conn.execution_options(isolation_level="REPEATABLE READ")
         before = _reply_position(conn, session_id, reply_to) if reply_to is not None else None
         kept = _collect(conn, session_id, before, remaining)
-        omitted, summary = (
-            (0, None) if kept.complete else _omitted(conn, session_id, before if kept.oldest is None else kept.oldest)
-        )
+        if kept.complete:
+            omitted, summary = 0, None
+        else:
+            omitted, summary = _omitted(conn, session_id, before if kept.oldest is None else kept.oldest)
     return History(messages=kept.messages[::-1], omitted=omitted, summary=summary, tokens=kept.tokens)
 
 
@@ -122,9 +125,15 @@ def _reply_position(conn: Connection, session_id: uuid.UUID, reply_to: int) -> i
     return int(row.position)
 
 
-def _history_rows(session_id: uuid.UUID) -> Select[Any]:
-    """Messages of the session's succeeded turns (inner join: messages without a turn never count)."""
-    return (
+# Statements are built once per process (on first use) with bound parameters: constructing
+# SQLAlchemy expressions costs more Python time than running these small queries.
+
+
+@functools.cache
+def _page_statement(*, after_cursor: bool) -> Select[Any]:
+    """One page of history, newest first: messages of succeeded turns (inner join: a message
+    without a turn is never history), on a backward scan of the (session_id, position) index."""
+    query = (
         select(
             ChatMessage.position,
             ChatMessage.turn_id,
@@ -134,8 +143,11 @@ def _history_rows(session_id: uuid.UUID) -> Select[Any]:
             ChatMessage.tool_call_id,
         )
         .join(Turn, Turn.id == ChatMessage.turn_id)
-        .where(ChatMessage.session_id == session_id, Turn.status == TurnStatus.SUCCEEDED)
+        .where(ChatMessage.session_id == bindparam("session_id"), Turn.status == TurnStatus.SUCCEEDED)
     )
+    if after_cursor:
+        query = query.where(ChatMessage.position < bindparam("cursor"))
+    return query.order_by(ChatMessage.position.desc()).limit(bindparam("limit", type_=Integer))
 
 
 def _collect(conn: Connection, session_id: uuid.UUID, before: int | None, remaining: int) -> _Kept:
@@ -151,10 +163,8 @@ def _collect(conn: Connection, session_id: uuid.UUID, before: int | None, remain
         return _Kept(messages=kept, tokens=0, oldest=None, complete=False)
     while True:
         limit = min(_MAX_PAGE, max(_MIN_PAGE, (remaining - kept_tokens) // _TOKENS_PER_ROW_GUESS))
-        query = _history_rows(session_id)
-        if cursor is not None:
-            query = query.where(ChatMessage.position < cursor)
-        rows = conn.execute(query.order_by(ChatMessage.position.desc()).limit(limit)).all()
+        statement = _page_statement(after_cursor=cursor is not None)
+        rows = conn.execute(statement, {"session_id": session_id, "cursor": cursor, "limit": limit}).all()
         for row in rows:
             if turn and row.turn_id != turn_id:
                 # The previous row ended a turn (a turn's messages are contiguous by position): keep it.
@@ -184,29 +194,57 @@ def _message(row: Row[Any]) -> dict[str, Any]:
     }
 
 
-def _omitted(conn: Connection, session_id: uuid.UUID, boundary: int | None) -> tuple[int, str | None]:
-    """How many history messages precede `boundary`, and a one-line summary of them."""
-    where = [ChatMessage.session_id == session_id, Turn.status == TurnStatus.SUCCEEDED]
-    if boundary is not None:
-        where.append(ChatMessage.position < boundary)
-    counts = conn.execute(
-        select(func.count(), func.count(func.distinct(ChatMessage.turn_id)))
-        .select_from(ChatMessage)
-        .join(Turn, Turn.id == ChatMessage.turn_id)
-        .where(*where)
-    ).one()
-    messages, turns = int(counts[0]), int(counts[1])
-    if messages == 0:
-        return 0, None
+@functools.cache
+def _omitted_statement(*, bounded: bool) -> Select[Any]:
+    """Counts of the history messages and turns before a boundary, and the earliest user messages.
+
+    Joining every earlier message to its turn to test the status would visit the heap once per
+    message; instead this counts all earlier messages and turns on the (session_id, position) unique
+    indexes (index-only scans) and subtracts what the session's other-than-succeeded turns hold.
+    The boundary is the position of a turn's first message, so the turns before it are those below
+    `boundary // MESSAGE_POSITION_STRIDE` (bound as `boundary_turn`).
+    """
+    messages_before = [ChatMessage.session_id == bindparam("session_id")]
+    turns_before = [Turn.session_id == bindparam("session_id")]
+    if bounded:
+        messages_before.append(ChatMessage.position < bindparam("boundary"))
+        turns_before.append(Turn.position < bindparam("boundary_turn"))
+    all_messages = select(func.count()).select_from(ChatMessage).where(*messages_before).scalar_subquery()
+    all_turns = select(func.count()).select_from(Turn).where(*turns_before).scalar_subquery()
+    excluded = (
+        select(func.count(func.distinct(Turn.id)).label("turns"), func.count(ChatMessage.id).label("messages"))
+        .select_from(Turn)
+        .outerjoin(ChatMessage, and_(ChatMessage.turn_id == Turn.id, *messages_before))
+        .where(*turns_before, Turn.status != TurnStatus.SUCCEEDED)
+        .cte("excluded")
+    )
     # The earliest user messages say what the conversation was about; fetch only their first words.
-    snippets = conn.scalars(
-        select(func.left(ChatMessage.content, _SNIPPET_CHARS))
+    earliest = (
+        select(ChatMessage.position, func.left(ChatMessage.content, _SNIPPET_CHARS).label("head"))
         .join(Turn, Turn.id == ChatMessage.turn_id)
-        .where(*where, ChatMessage.role == "user")
+        .where(*messages_before, Turn.status == TurnStatus.SUCCEEDED, ChatMessage.role == "user")
         .order_by(ChatMessage.position)
         .limit(_SNIPPET_MESSAGES)
-    ).all()
-    return messages, _summary(messages, turns, snippets)
+        .subquery()
+    )
+    snippets = select(func.array_agg(aggregate_order_by(earliest.c.head, earliest.c.position))).scalar_subquery()
+    return select(
+        (all_messages - excluded.c.messages).label("messages"),
+        (all_turns - excluded.c.turns).label("turns"),
+        snippets.label("snippets"),
+    ).select_from(excluded)
+
+
+def _omitted(conn: Connection, session_id: uuid.UUID, boundary: int | None) -> tuple[int, str | None]:
+    """How many history messages precede `boundary` (None: all of them), and a one-line summary."""
+    params: dict[str, Any] = {"session_id": session_id}
+    if boundary is not None:
+        params.update(boundary=boundary, boundary_turn=boundary // MESSAGE_POSITION_STRIDE)
+    row = conn.execute(_omitted_statement(bounded=boundary is not None), params).one()
+    messages, turns = int(row.messages), int(row.turns)
+    if messages <= 0:
+        return 0, None
+    return messages, _summary(messages, turns, row.snippets or ())
 
 
 def _summary(messages: int, turns: int, snippets: Sequence[str | None]) -> str:

@@ -31,6 +31,7 @@ __all__ = [
     "list_tools",
     "register_tool",
     "run_tool",
+    "unregister_tool",
 ]
 
 logger = logging.getLogger(__name__)
@@ -69,6 +70,12 @@ def register_tool(tool: Tool, *, replace: bool = False) -> Tool:
             raise ValueError(f"a tool named {tool.name!r} is already registered")
         _registry[tool.name] = tool
     return tool
+
+
+def unregister_tool(name: str) -> None:
+    """Remove a tool from the registry (plugins unloading, tests); unknown names are ignored."""
+    with _lock:
+        _registry.pop(name, None)
 
 
 def get_tool(name: str) -> Tool:
@@ -197,10 +204,15 @@ def _eval(node: ast.AST) -> Number:
 def _check_power(base: Number, exponent: Number) -> None:
     if abs(exponent) > MAX_EXPONENT:
         raise ValueError(f"exponent {exponent} is too large (limit {MAX_EXPONENT})")
-    if isinstance(base, int) and isinstance(exponent, int) and exponent > 0:
-        # Refuse before computing: the result would have about bits(base) * exponent bits.
-        if abs(base) > 1 and (abs(base).bit_length() - 1) * exponent > MAX_INT_BITS:
-            raise ValueError("result is too large")
+    # Refuse before computing: an integer result would have about bits(base) * exponent bits.
+    if (
+        isinstance(base, int)
+        and isinstance(exponent, int)
+        and exponent > 0
+        and abs(base) > 1
+        and (abs(base).bit_length() - 1) * exponent > MAX_INT_BITS
+    ):
+        raise ValueError("result is too large")
     if base < 0 and isinstance(exponent, float) and not exponent.is_integer():
         raise ValueError("fractional power of a negative number")
 
@@ -254,9 +266,7 @@ register_tool(
         ),
         parameters={
             "type": "object",
-            "properties": {
-                "expression": {"type": "string", "description": "The arithmetic expression, e.g. '6*7'."}
-            },
+            "properties": {"expression": {"type": "string", "description": "The arithmetic expression, e.g. '6*7'."}},
             "required": ["expression"],
             "additionalProperties": False,
         },

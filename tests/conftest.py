@@ -9,6 +9,8 @@ import pytest
 
 from tests.support.services import fresh_database, private_redis_db
 
+pytest_plugins = ["tests.support.fixtures"]
+
 
 @pytest.fixture(scope="session")
 def database_url() -> Iterator[str]:
@@ -35,7 +37,13 @@ def chatq_env(database_url: str, redis_url: str) -> Iterator[dict[str, str]]:
     os.environ["REDIS_URL"] = redis_url
     reset_settings()
     dispose_engine()
+    from worker.app import app
+    from worker.events import reset_redis
+
+    reset_redis()
+    app.conf.broker_url = redis_url
     yield {"DATABASE_URL": database_url, "REDIS_URL": redis_url}
+    reset_redis()
     dispose_engine()
     for key, value in saved.items():
         if value is None:

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from worker.config import get_settings, mask_secrets
 
@@ -55,6 +57,22 @@ _clients: dict[str, Any] = {}
 _clients_lock = threading.Lock()
 
 
+def make_redis(url: str) -> redis.Redis:
+    """A Redis client with chatq's policy: short timeouts and a brief retry.
+
+    redis-py's default retry backs off for seconds; a publisher stalled that long per event would
+    turn a Redis blip into a stalled turn, so reconnect quickly and give up soon instead.
+    """
+    return redis.Redis.from_url(
+        url,
+        socket_connect_timeout=2,
+        socket_timeout=5,
+        health_check_interval=30,
+        retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), retries=2),
+        retry_on_timeout=True,
+    )
+
+
 def get_redis() -> redis.Redis:
     """The process's Redis client for `REDIS_URL` (one connection pool per process)."""
     key = f"{os.getpid()}"
@@ -63,13 +81,7 @@ def get_redis() -> redis.Redis:
         with _clients_lock:
             client = _clients.get(key)
             if client is None:
-                client = redis.Redis.from_url(
-                    get_settings().redis_url,
-                    socket_connect_timeout=5,
-                    socket_timeout=10,
-                    health_check_interval=30,
-                    retry_on_timeout=True,
-                )
+                client = make_redis(get_settings().redis_url)
                 _clients.clear()
                 _clients[key] = client
     assert isinstance(client, redis.Redis)
@@ -121,6 +133,7 @@ class TurnEvents:
         self.seq = start_seq
         self.retention = retention or get_settings().event_retention
         self._channel = session_channel(self.session_id)
+        self._down_until = 0.0
         self._stream = turn_stream(self.turn_id)
 
     @classmethod
@@ -151,31 +164,37 @@ class TurnEvents:
         return event
 
     def send(self, events: Iterable[Mapping[str, Any]]) -> bool:
-        """Publish already built events in one round trip; retries once on a dropped connection."""
-        payloads = [json.dumps(event, separators=(",", ":"), default=str) for event in events]
-        if not payloads:
+        """Publish already built events in one round trip (the client retries briefly).
+
+        After a failure, non-terminal events are dropped for a second without trying, so a Redis
+        outage costs a turn one short stall, not one per chunk; terminal events always try.
+        """
+        batch = list(events)
+        if not batch:
             return True
-        for attempt in (1, 2):
-            try:
-                pipe = self.client.pipeline(transaction=False)
-                for payload in payloads:
-                    pipe.publish(self._channel, payload)
-                    pipe.xadd(self._stream, {"event": payload})
-                pipe.expire(self._stream, self.retention)
-                pipe.execute()
-                return True
-            except redis.RedisError as exc:
-                if attempt == 2:
-                    log.warning(
-                        "turn %s session %s: could not publish %d event(s): %s",
-                        self.turn_id,
-                        self.session_id,
-                        len(payloads),
-                        mask_secrets(str(exc)),
-                    )
-                else:
-                    time.sleep(0.2)
-        return False
+        terminal = any(event.get("type") in TERMINAL_TYPES for event in batch)
+        if not terminal and time.monotonic() < self._down_until:
+            return False
+        payloads = [json.dumps(event, separators=(",", ":"), default=str) for event in batch]
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for payload in payloads:
+                pipe.publish(self._channel, payload)
+                pipe.xadd(self._stream, {"event": payload})
+            pipe.expire(self._stream, self.retention)
+            pipe.execute()
+        except redis.RedisError as exc:
+            self._down_until = time.monotonic() + 1.0
+            log.warning(
+                "turn %s session %s: could not publish %d event(s): %s",
+                self.turn_id,
+                self.session_id,
+                len(payloads),
+                mask_secrets(str(exc)),
+            )
+            return False
+        self._down_until = 0.0
+        return True
 
 
 class TextCoalescer:

@@ -16,7 +16,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import tools_condition
 
-from handlers.langgraph.nodes import AGENT_NODE, TOOL_NODE, agent_node, make_tool_node
+from handlers.langgraph.nodes import AGENT_NODE, TOOL_NODE, ToolExecutionNode, agent_node
 from handlers.langgraph.state import AgentState
 from handlers.langgraph.tools import langchain_tools
 
@@ -32,7 +32,7 @@ def build_graph(tool_names: Sequence[str]) -> Graph:
     """Build and compile the agent graph for these tools (prefer the cached `get_graph`)."""
     builder: StateGraph[AgentState, Any, AgentState, AgentState] = StateGraph(AgentState)
     builder.add_node(AGENT_NODE, agent_node)
-    builder.add_node(TOOL_NODE, make_tool_node(langchain_tools(tool_names)))
+    builder.add_node(TOOL_NODE, ToolExecutionNode(langchain_tools(tool_names)))
     builder.add_edge(START, AGENT_NODE)
     # tools_condition answers "tools" when the last AI message has tool calls, else END.
     builder.add_conditional_edges(AGENT_NODE, tools_condition, {"tools": TOOL_NODE, END: END})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import AsyncGenerator, Generator, Iterator, Sequence
 from typing import Any
@@ -67,8 +66,13 @@ class LangGraphHandler(BaseAgentHandler):
             config: RunnableConfig = {"recursion_limit": RECURSION_LIMIT, "configurable": {CONTEXT_KEY: context}}
             graph = get_graph(tools)
             parts = graph.stream({"messages": turn.messages}, config, stream_mode=["messages", "updates"])
-            with contextlib.closing(parts):
+            try:
                 yield from _events(parts, deadline, produced)
+            finally:
+                # Stop the graph now (also when our consumer stops early), not whenever it is collected.
+                close = getattr(parts, "close", None)
+                if close is not None:
+                    close()
         except HandlerError:
             # AgentInvocationError as is; any other HandlerError (an unknown tool, a reply_to of another
             # session) is bad input that a retry cannot fix, so it keeps its own type for the worker.
@@ -101,16 +105,15 @@ def _events(parts: Iterator[Any], deadline: Deadline, produced: list[BaseMessage
     results come from "updates", which is also where `produced` (this turn's messages, in order)
     is filled. A reply that arrived without token chunks is sent as one text event.
     """
-    streamed: set[str] = set()
+    streamed = False  # did the current agent step stream any text?
     for mode, data in parts:
         deadline.check()
         if mode == "messages":
             chunk, metadata = data
-            if isinstance(chunk, AIMessageChunk) and metadata.get("langgraph_node") == AGENT_NODE:
-                if text := content_text(chunk.content):
-                    if chunk.id:
-                        streamed.add(chunk.id)
-                    yield StreamEvent(kind=StreamEventKind.TEXT, text=text)
+            text = content_text(chunk.content) if isinstance(chunk, AIMessageChunk) else ""
+            if text and metadata.get("langgraph_node") == AGENT_NODE:
+                streamed = True
+                yield StreamEvent(kind=StreamEventKind.TEXT, text=text)
             continue
         for node, update in (data or {}).items():
             if node not in (AGENT_NODE, TOOL_NODE) or not update:
@@ -119,8 +122,9 @@ def _events(parts: Iterator[Any], deadline: Deadline, produced: list[BaseMessage
                 produced.append(message)
                 if isinstance(message, AIMessage):
                     text = content_text(message.content)
-                    if text and message.id not in streamed:
+                    if text and not streamed:
                         yield StreamEvent(kind=StreamEventKind.TEXT, text=text)
+                    streamed = False
                     for call in message.tool_calls:
                         yield _tool_event(call.get("id"), call["name"], "started")
                 elif isinstance(message, ToolMessage):

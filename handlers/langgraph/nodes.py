@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
@@ -14,7 +14,7 @@ from handlers.langgraph.state import AgentState, turn_context
 from handlers.lc.turn import collect, stream_model
 from handlers.tools import truncate_output
 
-__all__ = ["AGENT_NODE", "TOOL_NODE", "agent_node", "make_tool_node"]
+__all__ = ["AGENT_NODE", "TOOL_NODE", "ToolExecutionNode", "agent_node"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,15 +36,17 @@ def agent_node(state: AgentState, config: RunnableConfig) -> dict[str, list[Base
     return {"messages": [reply]}
 
 
-def make_tool_node(tools: Sequence[BaseTool]) -> Callable[[AgentState, RunnableConfig], dict[str, list[BaseMessage]]]:
-    """A node that runs every tool call of the last AI message and answers each with a ToolMessage.
+class ToolExecutionNode:
+    """Runs every tool call of the last AI message and answers each with a ToolMessage.
 
     A failing, unknown or mistyped tool never raises: its ToolMessage says `"Error: ..."` so the
     model can recover, and the loop continues.
     """
-    by_name = {tool.name: tool for tool in tools}
 
-    def tool_execution(state: AgentState, config: RunnableConfig) -> dict[str, list[BaseMessage]]:
+    def __init__(self, tools: Sequence[BaseTool]) -> None:
+        self.by_name = {tool.name: tool for tool in tools}
+
+    def __call__(self, state: AgentState, config: RunnableConfig) -> dict[str, list[BaseMessage]]:
         context = turn_context(config)
         last = state["messages"][-1]
         calls = last.tool_calls if isinstance(last, AIMessage) else []
@@ -52,7 +54,7 @@ def make_tool_node(tools: Sequence[BaseTool]) -> Callable[[AgentState, RunnableC
         for call in calls:
             context.deadline.check()
             name, call_id = call["name"], call.get("id") or ""
-            output, failed = _run(by_name.get(name), name, call.get("args") or {}, config)
+            output, failed = _run(self.by_name.get(name), name, call.get("args") or {}, config)
             results.append(
                 ToolMessage(
                     content=truncate_output(output),
@@ -62,8 +64,6 @@ def make_tool_node(tools: Sequence[BaseTool]) -> Callable[[AgentState, RunnableC
                 )
             )
         return {"messages": results}
-
-    return tool_execution
 
 
 def _run(tool: BaseTool | None, name: str, args: dict[str, Any], config: RunnableConfig) -> tuple[str, bool]:

@@ -68,9 +68,7 @@ class NoneHandler(BaseAgentHandler):
             # No tools are bound, so a tool call here means the server ignored that: no usable reply.
             raise AgentInvocationError(EMPTY_REPLY)
         logger.debug("none handler: session %s replied (%d history messages)", self.session.id, len(turn.messages))
-        yield StreamEvent(
-            kind=StreamEventKind.FINAL, response=[to_agent_message(message)], usage=usage_from([message])
-        )
+        yield StreamEvent(kind=StreamEventKind.FINAL, response=[to_agent_message(message)], usage=usage_from([message]))
 
     def astream(
         self, user_message: str, images: Sequence[str] | None = None, reply_to: int | None = None

@@ -1,0 +1,169 @@
+"""The `chatq` command line as a user runs it: real subprocesses against the real worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.integration.worker.conftest import STUB_MODEL
+from tests.support.turns import replay_events, wait_for_turn
+from tests.support.workers import ROOT, WorkerProcess
+
+pytestmark = pytest.mark.slow
+
+
+def chatq(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "worker.cli", *args],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _new_session(env: dict[str, str], *extra: str) -> str:
+    result = chatq(env, "session", "create", "--model", STUB_MODEL, *extra)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_submit_follow_streams_the_reply_and_exits_0(worker: WorkerProcess, worker_env: dict[str, str]) -> None:
+    session = _new_session(worker_env)
+    uuid.UUID(session)
+    result = chatq(worker_env, "submit", session, "hello chatq", "--follow")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "You said: hello chatq"
+    assert "[done:" in result.stderr
+
+
+def test_submit_follow_exits_1_when_the_turn_fails(worker: WorkerProcess, worker_env: dict[str, str]) -> None:
+    session = _new_session(worker_env)
+    result = chatq(worker_env, "submit", session, "doomed [fail]", "--follow")
+    assert result.returncode == 1
+    assert "[failed:" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_submit_prints_the_turn_id_and_show_json_reports_it(worker: WorkerProcess, worker_env: dict[str, str]) -> None:
+    session = _new_session(worker_env, "--system-prompt", "Be brief.")
+    turn_id = str(uuid.uuid4())
+    result = chatq(worker_env, "submit", session, "six times seven [calc: 6*7]", "--turn-id", turn_id)
+    assert result.returncode == 0 and result.stdout.strip() == turn_id
+    wait_for_turn(uuid.UUID(turn_id))
+    shown = chatq(worker_env, "show", turn_id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    report = json.loads(shown.stdout)
+    assert report["id"] == turn_id and report["session_id"] == session
+    assert report["status"] == "succeeded" and report["attempts"] == 1 and report["error"] is None
+    assert set(report["usage"]) == {"prompt_tokens", "completion_tokens", "total_tokens"}
+    assert [m["role"] for m in report["messages"]] == ["user", "assistant", "tool", "assistant"]
+    human = chatq(worker_env, "show", turn_id)
+    assert "succeeded" in human.stdout and "calculator" in human.stdout
+    # The same turn id again is accepted once: idempotent, no second turn.
+    again = chatq(worker_env, "submit", session, "six times seven [calc: 6*7]", "--turn-id", turn_id, "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["created"] is False
+
+
+def test_a_late_watch_turn_replays_every_event(
+    worker: WorkerProcess, worker_env: dict[str, str], redis_url: str
+) -> None:
+    session = _new_session(worker_env)
+    turn_id = chatq(worker_env, "submit", session, "replay me [words: 8]").stdout.strip()
+    wait_for_turn(uuid.UUID(turn_id))
+    stored = replay_events(redis_url, uuid.UUID(turn_id))
+    result = chatq(worker_env, "watch", "--turn", turn_id, "--json")
+    assert result.returncode == 0, result.stderr
+    printed = [json.loads(line) for line in result.stdout.splitlines()]
+    assert printed == stored
+    assert printed[0]["type"] == "queued" and printed[-1]["type"] == "final"
+
+
+def test_watch_session_prints_live_events(worker: WorkerProcess, worker_env: dict[str, str]) -> None:
+    session = _new_session(worker_env)
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", "watch", session, "--json"],
+        cwd=ROOT,
+        env={**os.environ, **worker_env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(1.5)  # let it subscribe
+        turn_id = chatq(worker_env, "submit", session, "live [words: 3]").stdout.strip()
+        wait_for_turn(uuid.UUID(turn_id))
+        time.sleep(0.5)
+    finally:
+        watcher.terminate()
+        out, _ = watcher.communicate(timeout=10)
+    types = [json.loads(line)["type"] for line in out.splitlines()]
+    assert types[0] == "queued" and types[-1] == "final" and "text" in types
+
+
+def test_usage_totals_match_the_turns(worker: WorkerProcess, worker_env: dict[str, str]) -> None:
+    session = _new_session(worker_env)
+    for text in ("one", "two"):
+        assert chatq(worker_env, "submit", session, text, "--follow").returncode == 0
+    report = json.loads(chatq(worker_env, "usage", "--session", session, "--json").stdout)
+    assert report["turns"] == 2
+    assert report["total_tokens"] == report["prompt_tokens"] + report["completion_tokens"] > 0
+    assert report["by_model"][0]["model"] == STUB_MODEL
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("show", "not-a-uuid"), "turn_id is not a valid UUID"),
+        (("show", "00000000-0000-0000-0000-000000000001"), "does not exist"),
+        (("submit", "00000000-0000-0000-0000-000000000001", "hi"), "does not exist"),
+        (("session", "create", "--framework", "crewai"), "unknown agent framework 'crewai'"),
+        (("cancel", "00000000-0000-0000-0000-000000000001"), "does not exist"),
+        (("usage", "--session", "nope"), "session is not a valid UUID"),
+    ],
+)
+def test_errors_are_one_line_without_a_traceback(
+    worker_env: dict[str, str], args: tuple[str, ...], fragment: str
+) -> None:
+    result = chatq(worker_env, *args)
+    assert result.returncode == 1
+    assert fragment in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr
+
+
+def test_oversize_and_bad_images_fail_before_anything_is_stored(worker_env: dict[str, str], tmp_path: Path) -> None:
+    session = _new_session(worker_env)
+    result = chatq({**worker_env, "CHATQ_MAX_CONTENT_CHARS": "10"}, "submit", session, "x" * 11)
+    assert result.returncode == 1 and "over the limit of 10" in result.stderr
+    result = chatq(worker_env, "submit", session, "look", "--image", str(tmp_path / "missing.png"))
+    assert result.returncode == 1 and "image file not found" in result.stderr
+    report = json.loads(chatq(worker_env, "usage", "--session", session, "--json").stdout)
+    assert report["turns"] == 0
+
+
+def test_an_unreachable_database_is_one_clear_line(worker_env: dict[str, str]) -> None:
+    env = {**worker_env, "DATABASE_URL": "postgresql+psycopg://postgres:hunter2@127.0.0.1:1/nowhere"}
+    result = chatq(env, "show", str(uuid.uuid4()))
+    assert result.returncode == 1
+    assert "cannot use Postgres" in result.stderr and "hunter2" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_producer_commands_import_no_agent_framework(worker_env: dict[str, str]) -> None:
+    code = (
+        "import sys, worker.cli, worker.producer, worker.queries, worker.follow, worker.dispatch, worker.app;"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('langchain_core', 'langgraph', 'langchain_openai', 'openai')];"
+        "print(bad)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"

@@ -1,0 +1,110 @@
+"""Real Celery workers (`chatq worker`) started as subprocesses for integration and fault tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Fast failure detection for tests; production defaults are documented in README.
+TEST_ENV = {
+    "CHATQ_LEASE_SECONDS": "3",
+    "CHATQ_RETRY_DELAY": "0.2",
+    "CHATQ_TURN_TIMEOUT": "20",
+    "CHATQ_REQUEUE_GRACE": "3",
+    "CHATQ_SWEEP_INTERVAL": "1",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+class WorkerProcess:
+    """One `chatq worker` process with its own log file."""
+
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        *,
+        concurrency: int = 4,
+        queues: str = "chatq,chatq.batch",
+        name: str | None = None,
+        extra: tuple[str, ...] = (),
+    ) -> None:
+        self.name = name or f"test-{uuid.uuid4().hex[:8]}"
+        self.env = {**os.environ, **TEST_ENV, **env}
+        self.concurrency = concurrency
+        self.queues = queues
+        self.extra = extra
+        self.log_path = Path(tempfile.mkdtemp(prefix="chatq-worker-")) / f"{self.name}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, *, timeout: float = 60.0) -> WorkerProcess:
+        """Start the worker and wait until Celery says it is ready."""
+        command = [
+            sys.executable,
+            "-m",
+            "worker.cli",
+            "worker",
+            "--hostname",
+            f"{self.name}@%h",
+            "--concurrency",
+            str(self.concurrency),
+            "--queues",
+            self.queues,
+            "--without-gossip",
+            "--without-mingle",
+            *self.extra,
+        ]
+        log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"worker {self.name} exited at start:\n{self.log()[-4000:]}")
+            if " ready." in self.log():
+                return self
+            time.sleep(0.1)
+        self.kill()
+        raise RuntimeError(f"worker {self.name} did not become ready:\n{self.log()[-4000:]}")
+
+    def log(self) -> str:
+        """Everything the worker printed so far."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    @property
+    def alive(self) -> bool:
+        """True while the worker process runs."""
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, *, timeout: float = 30.0) -> int | None:
+        """SIGTERM (Celery's warm shutdown), then SIGKILL if it does not exit in time."""
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+    def kill(self) -> None:
+        """kill -9 the whole worker (its process group: main process and any pool children)."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(10)
