@@ -57,6 +57,9 @@ task_send_sent_event = True
 worker_soft_shutdown_timeout = 10.0
 worker_enable_soft_shutdown_on_idle = False
 
+# Plugins register tools or agent frameworks when the worker starts (CHATQ_PLUGINS).
+imports = _settings.plugins
+
 timezone = "UTC"
 enable_utc = True
 

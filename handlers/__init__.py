@@ -38,6 +38,7 @@ __all__ = [
     "empty_usage",
     "framework_names",
     "get_agent_handler",
+    "load_handler_class",
     "register_framework",
 ]
 
@@ -64,18 +65,28 @@ def framework_names() -> list[str]:
     return [value for value, _ in FRAMEWORK_CHOICES]
 
 
+def load_handler_class(framework: str) -> type[BaseAgentHandler]:
+    """The handler class of `framework`, importing its adapter on first use.
+
+    A worker can call this at start-up to pay the framework's import cost (about a second for
+    LangGraph + langchain-openai) before its first turn. Raises UnknownFramework.
+    """
+    entry = _ADAPTERS.get(framework)
+    if entry is None:
+        raise UnknownFramework(
+            f"Unknown agent framework {framework!r}; choose one of: {', '.join(framework_names())}."
+        )
+    module_name, _, class_name = entry[1].partition(":")
+    handler_class = getattr(importlib.import_module(module_name), class_name)
+    if not (isinstance(handler_class, type) and issubclass(handler_class, BaseAgentHandler)):
+        raise TypeError(f"{entry[1]} is not a BaseAgentHandler")
+    return handler_class
+
+
 def get_agent_handler(session: Any) -> BaseAgentHandler:
     """The handler for `session`'s `agent_framework` (an `AgentSession`, e.g. a SessionInfo or the ORM row).
 
     Raises UnknownFramework for a framework chatq does not know.
     """
     framework = str(getattr(session, "agent_framework", None) or "").strip()
-    entry = _ADAPTERS.get(framework)
-    if entry is None:
-        raise UnknownFramework(f"Unknown agent framework {framework!r}; choose one of: {', '.join(framework_names())}.")
-    target = entry[1]
-    module_name, _, class_name = target.partition(":")
-    handler_class = getattr(importlib.import_module(module_name), class_name)
-    if not (isinstance(handler_class, type) and issubclass(handler_class, BaseAgentHandler)):
-        raise TypeError(f"{target} is not a BaseAgentHandler")
-    return handler_class(session)
+    return load_handler_class(framework)(session)

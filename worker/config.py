@@ -65,6 +65,8 @@ class Settings:
     """Turns one `chatq worker` runs at once on its thread pool (`CHATQ_WORKER_CONCURRENCY`)."""
     max_tool_output_chars: int = 20_000
     """Tool results longer than this are cut before they reach the model (`CHATQ_MAX_TOOL_OUTPUT_CHARS`)."""
+    plugins: tuple[str, ...] = ()
+    """Modules a worker imports at start to register tools or frameworks (`CHATQ_PLUGINS`, comma-separated)."""
 
     @property
     def redis_url_masked(self) -> str:
@@ -133,6 +135,17 @@ def _url(env: Mapping[str, str], name: str, default: str, schemes: tuple[str, ..
     return raw
 
 
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def _modules(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in (env.get(name) or "").split(",") if part.strip())
+    for module in names:
+        if not _MODULE_NAME.match(module):
+            raise ConfigError(f"{name} must list Python module names, got {module!r}")
+    return names
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Parse and validate settings from `env` (the process environment by default)."""
     env = os.environ if env is None else env
@@ -166,6 +179,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         text_coalesce_ms=_float(env, "CHATQ_TEXT_COALESCE_MS", 0.0, minimum=0.0),
         worker_concurrency=_int(env, "CHATQ_WORKER_CONCURRENCY", 32, minimum=1),
         max_tool_output_chars=_int(env, "CHATQ_MAX_TOOL_OUTPUT_CHARS", 20_000, minimum=100),
+        plugins=_modules(env, "CHATQ_PLUGINS"),
     )
     return settings
 

@@ -116,3 +116,16 @@ def cancel_requested(turn_id: uuid.UUID) -> bool:
     """Whether a cancel was requested for a turn (a direct check, for the moment before streaming)."""
     with session_scope() as db:
         return bool(db.execute(select(Turn.cancel_requested).where(Turn.id == turn_id)).scalar_one_or_none())
+
+
+_hand_back = threading.Event()
+
+
+def begin_hand_back() -> None:
+    """The worker is shutting down: running turns stop at their next chunk and go back to the queue."""
+    _hand_back.set()
+
+
+def handing_back() -> bool:
+    """Whether running turns should be handed back (the worker is shutting down)."""
+    return _hand_back.is_set()

@@ -17,10 +17,10 @@ from handlers.errors import AgentInvocationError, HandlerError, UnknownFramework
 from models.tables import TurnStatus
 from worker import turns
 from worker.config import get_settings, mask_secrets
-from worker.dispatch import kick_next
+from worker.dispatch import kick_next, send_turn
 from worker.errors import InvalidTurn
 from worker.events import EventType, TextCoalescer, TurnEvents
-from worker.leases import TurnLease, get_lease_keeper
+from worker.leases import TurnLease, get_lease_keeper, handing_back
 from worker.payload import TurnRequest
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,7 @@ class Outcome(enum.StrEnum):
     SKIPPED = "skipped"
     BUSY = "busy"
     LOST = "lost"
+    HANDED_BACK = "handed_back"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,8 +59,16 @@ class LeaseLost(Exception):
     """Another worker took the turn over: this attempt must not write."""
 
 
+class HandBack(Exception):
+    """The worker is shutting down: give the turn to another worker."""
+
+
 def execute_turn(request: TurnRequest, *, queue: str, worker: str) -> Result:
     """Run one delivery of a turn end to end; infrastructure errors propagate to the caller."""
+    if handing_back():
+        # A message taken just as the worker began shutting down: pass it on untouched.
+        send_turn(request.to_message(), queue=queue)
+        return Result(outcome=Outcome.HANDED_BACK)
     claimed = turns.claim_turn(request.turn_id, worker=worker)
     if claimed.status is turns.ClaimStatus.NOT_FOUND:
         try:
@@ -110,6 +119,8 @@ def run_claimed(claim: turns.Claim) -> Result:
             log.info("turn %s session %s: cancelled while running", claim.turn_id, claim.session.id)
             kick_next(claim.session.id)
         return Result(outcome=Outcome.CANCELLED, attempt=claim.attempt)
+    except HandBack:
+        return hand_back(claim, events)
     except LeaseLost:
         log.warning(
             "turn %s session %s: lease lost, attempt %d abandoned", claim.turn_id, claim.session.id, claim.attempt
@@ -183,11 +194,30 @@ def run_handler(claim: turns.Claim, events: TurnEvents, lease: TurnLease) -> tup
 
 
 def check_lease(lease: TurnLease) -> None:
-    """Stop between chunks if the turn was cancelled or taken over."""
+    """Stop between chunks if the turn was cancelled, taken over, or the worker is shutting down."""
     if lease.lost.is_set():
         raise LeaseLost
     if lease.cancelled.is_set():
         raise TurnCancelled
+    if handing_back():
+        raise HandBack
+
+
+def hand_back(claim: turns.Claim, events: TurnEvents) -> Result:
+    """Requeue a turn interrupted by shutdown and send it again, so another worker runs it now."""
+    if not turns.requeue_turn(claim, hand_back=True):
+        return Result(outcome=Outcome.LOST, attempt=claim.attempt)
+    events.publish(EventType.RETRY, claim.attempt, error="the worker is shutting down; another worker takes the turn")
+    message = {
+        "turn_id": str(claim.turn_id),
+        "session_id": str(claim.session.id),
+        "content": claim.content,
+        "images": list(claim.images) if claim.images else None,
+        "reply_to": claim.reply_to,
+    }
+    send_turn(message, queue=claim.queue)
+    log.info("turn %s session %s: handed back at shutdown", claim.turn_id, claim.session.id)
+    return Result(outcome=Outcome.HANDED_BACK, attempt=claim.attempt)
 
 
 def validate_reply(messages: object, usage: object) -> tuple[list[AgentMessage], Usage]:

@@ -304,8 +304,12 @@ def finish_turn(claim: Claim, status: TurnStatus, error: str | None = None) -> b
         return done is not None
 
 
-def requeue_turn(claim: Claim, *, error: str | None = None) -> bool:
-    """Hand an owned turn back to the queue (for its retry, or on shutdown); False if not owned."""
+def requeue_turn(claim: Claim, *, error: str | None = None, hand_back: bool = False) -> bool:
+    """Put an owned turn back in the queue; False if not owned.
+
+    For a retry the failed invocation counts as an attempt. A hand-back (the worker is shutting
+    down) does not: the invocation neither failed nor finished, so its attempt is given back.
+    """
     with session_scope() as db:
         done = db.execute(
             update(Turn)
@@ -318,6 +322,7 @@ def requeue_turn(claim: Claim, *, error: str | None = None) -> bool:
                 enqueued_at=func.now(),
                 # A clean hand-back is not a crash: only consecutive crashed deliveries count as poison.
                 deliveries=0,
+                attempts=Turn.attempts - 1 if hand_back else Turn.attempts,
             )
             .returning(Turn.id)
         ).scalar_one_or_none()

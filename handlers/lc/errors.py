@@ -27,8 +27,14 @@ def invocation_error(exc: BaseException, *, timeout: float) -> AgentInvocationEr
     if isinstance(exc, AgentInvocationError):
         return exc
     message = _message(exc, timeout)
-    # The detail goes to the log only (masked), at WARNING: the worker logs the retry itself.
-    logger.warning("agent invocation failed: %s: %s", type(exc).__name__, mask_secrets(str(exc))[:500])
+    # The detail goes to the log only (masked); a traceback only for failures that are not the
+    # model service's, since those point at a bug rather than at the network or the provider.
+    logger.warning(
+        "agent invocation failed: %s: %s",
+        type(exc).__name__,
+        mask_secrets(str(exc))[:500],
+        exc_info=not isinstance(exc, openai.APIError | TimeoutError),
+    )
     if isinstance(exc, openai.APITimeoutError | TimeoutError):
         return TurnTimeout(message)
     return AgentInvocationError(message)

@@ -65,9 +65,7 @@ def create_session(
     """A new chat session; returns its id."""
     session_id = uuid.uuid4()
     with session_scope() as db:
-        db.add(
-            ChatSession(id=session_id, agent_framework=agent_framework, model=model, system_prompt=system_prompt)
-        )
+        db.add(ChatSession(id=session_id, agent_framework=agent_framework, model=model, system_prompt=system_prompt))
     return session_id
 
 
@@ -76,15 +74,11 @@ def _reserve_positions(db: Any, session_id: uuid.UUID, count: int) -> int:
     first = db.execute(
         select(ChatSession.next_turn_position).where(ChatSession.id == session_id).with_for_update()
     ).scalar_one()
-    db.execute(
-        update(ChatSession).where(ChatSession.id == session_id).values(next_turn_position=first + count)
-    )
+    db.execute(update(ChatSession).where(ChatSession.id == session_id).values(next_turn_position=first + count))
     return int(first)
 
 
-def add_turn(
-    session_id: uuid.UUID, messages: Sequence[Msg], *, status: TurnStatus = TurnStatus.SUCCEEDED
-) -> TurnRef:
+def add_turn(session_id: uuid.UUID, messages: Sequence[Msg], *, status: TurnStatus = TurnStatus.SUCCEEDED) -> TurnRef:
     """Store a turn of the session with `messages` (the user's first) at the next position."""
     turn_id = uuid.uuid4()
     with session_scope() as db:
@@ -115,7 +109,10 @@ def add_many_turns(
     words: int = 8,
     status: TurnStatus = TurnStatus.SUCCEEDED,
 ) -> None:
-    """Store `turns` turns of 4 messages (user, tool call, tool result, answer) in bulk, for big sessions."""
+    """Store `turns` turns of 4 messages (user, tool call, tool result, answer) in bulk, for big sessions.
+
+    Every turn costs the same tokens (numbers are zero-padded), so sessions of different lengths
+    keep the same number of turns under the same budget."""
     with session_scope() as db:
         first = _reserve_positions(db, session_id, turns)
         turn_rows: list[dict[str, Any]] = []
@@ -126,13 +123,13 @@ def add_many_turns(
             position = first + offset
             turn_rows.append({"id": turn_id, "session_id": session_id, "position": position, "status": status})
             base = position * MESSAGE_POSITION_STRIDE
-            call = {"id": f"call-{position}", "name": "calculator", "args": {"expression": "6*7"}}
+            call = {"id": f"call-{position:06d}", "name": "calculator", "args": {"expression": "6*7"}}
             for index, (role, content, calls, call_id) in enumerate(
                 (
-                    ("user", f"question {position} {text}", None, None),
+                    ("user", f"question {position:06d} {text}", None, None),
                     ("assistant", "", [call], None),
                     ("tool", "42", None, call["id"]),
-                    ("assistant", f"answer {position} {text}", None, None),
+                    ("assistant", f"answer {position:06d} {text}", None, None),
                 )
             ):
                 message_rows.append(

@@ -27,6 +27,7 @@ prints the base URL; GET /_requests returns the recorded request bodies, DELETE 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import signal
@@ -255,7 +256,7 @@ class _Handler(BaseHTTPRequestHandler):
     owner: OpenAIStub
     server_version = "openai-stub/1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # tests read .requests; per-request stderr lines are noise
 
     def do_GET(self) -> None:
@@ -373,10 +374,8 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     with stub:
         print(stub.base_url, flush=True)
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             stopped.wait()
-        except KeyboardInterrupt:
-            pass
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -103,8 +104,6 @@ class WorkerProcess:
         """kill -9 the whole worker (its process group: main process and any pool children)."""
         if self.process is None or self.process.poll() is not None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.process.wait(10)

@@ -233,7 +233,7 @@ def test_history_is_sent_before_the_new_message(stub_env: OpenAIStub, make_sessi
                     tool_call_id=call_id,
                 )
             )
-    assert MESSAGE_POSITION_STRIDE > len(rows)
+    assert len(rows) < MESSAGE_POSITION_STRIDE
     get_agent_handler(session).invoke("and doubled?")
     sent = stub_env.requests[0]["messages"]
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "assistant", "user"]
@@ -282,3 +282,21 @@ def test_a_real_model_without_key_or_url_fails_clearly(make_session: MakeSession
         pytest.raises(AgentInvocationError, match="OPENAI_API_KEY"),
     ):
         get_agent_handler(make_session(model="gpt-4o-mini")).invoke("hi")
+
+
+def test_concurrent_turns_share_the_graph_and_client(stub_env: OpenAIStub, make_session: MakeSession) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    sessions = [make_session() for _ in range(8)]
+
+    def run(i: int) -> list[AgentMessage]:
+        messages, _ = get_agent_handler(sessions[i]).invoke(f"turn {i} [calc: {i}*{i}] [slow: 0.01]")
+        return messages
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(run, range(8)))
+    for i, messages in enumerate(results):
+        assert [m.role for m in messages] == ["assistant", "tool", "assistant"]
+        assert messages[1].content == str(i * i)
+        assert messages[2].content == f"The answer is {i * i}."
+    assert len(stub_env.requests) == 16

@@ -8,7 +8,7 @@ import uuid
 
 import redis
 
-from worker.events import EventType, make_redis, TextCoalescer, TurnEvents, last_seq, session_channel, turn_stream
+from worker.events import EventType, TextCoalescer, TurnEvents, last_seq, make_redis, session_channel, turn_stream
 
 
 def test_events_are_published_and_kept_for_replay(chatq_env: dict[str, str]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 
@@ -111,7 +112,7 @@ def test_turns_of_one_session_run_in_order_and_see_earlier_replies(
     rows = wait_for_turns([t.turn_id for t in submitted], timeout=90)
     ordered = [rows[t.turn_id] for t in submitted]
     assert all(r.status.value == "succeeded" for r in ordered), [r.error for r in ordered]
-    for earlier, later in zip(ordered, ordered[1:], strict=False):
+    for earlier, later in itertools.pairwise(ordered):
         assert earlier.finished_at <= later.started_at
     # Each request the model got carries every earlier exchange of the session.
     requests = [

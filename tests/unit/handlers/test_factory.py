@@ -53,3 +53,12 @@ def test_importing_handlers_imports_no_agent_framework() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert json.loads(result.stdout) == []
+
+
+def test_load_handler_class() -> None:
+    from handlers import load_handler_class
+    from handlers.none.handler import NoneHandler
+
+    assert load_handler_class("none") is NoneHandler
+    with pytest.raises(UnknownFramework):
+        load_handler_class("autogen")

@@ -76,7 +76,7 @@ def test_knowledge_bases_alone_do_not_claim_there_are_no_tools() -> None:
 
 
 def test_history_summary_is_mentioned_on_one_line() -> None:
-    summary = "12 earlier messages from 4 turns omitted;\nthe conversation began with: \"hi\"."
+    summary = '12 earlier messages from 4 turns omitted;\nthe conversation began with: "hi".'
     prompt = build_system_prompt(session(), history_summary=summary)
     last = prompt.split("\n\n")[-1]
     assert "omitted" in last
@@ -91,7 +91,9 @@ def test_no_summary_no_omission_note(summary: str | None) -> None:
 
 def test_the_prompt_is_deterministic_and_independent_of_argument_order() -> None:
     a = build_system_prompt(session("x"), tools=["current_time", "calculator"], knowledge_bases=["b", "a"])
-    b = build_system_prompt(session("x"), tools=["calculator", "current_time", "calculator"], knowledge_bases=["a", "b"])
+    b = build_system_prompt(
+        session("x"), tools=["calculator", "current_time", "calculator"], knowledge_bases=["a", "b"]
+    )
     assert a == b
 
 
