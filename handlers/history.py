@@ -7,10 +7,14 @@ What counts as history: the session's messages that belong to *succeeded* turns 
 turn's own user message, turns queued behind it and failed or cancelled turns never appear), and
 with `reply_to` only those stored before that user message (regenerate and edit).
 
-Cost: messages are read newest-first in keyset pages on the (session_id, position) unique index and
-reading stops as soon as the budget is full, so a long session costs about what a short one does.
 Turns are kept or dropped whole, newest first, so a tool result never loses the assistant message
 whose tool call it answers.
+
+Cost: messages are read newest-first in keyset pages on the (session_id, position) unique index, sized
+from the budget left, and reading stops as soon as the budget is full, so the rows read depend on
+the budget, not on the session's length. Only when something was left out does one more statement
+count it; that count runs on index-only scans (about 1-2 ms per 10,000 earlier messages) since the
+schema keeps no running totals.
 """
 
 from __future__ import annotations
