@@ -73,9 +73,7 @@ def load_handler_class(framework: str) -> type[BaseAgentHandler]:
     """
     entry = _ADAPTERS.get(framework)
     if entry is None:
-        raise UnknownFramework(
-            f"Unknown agent framework {framework!r}; choose one of: {', '.join(framework_names())}."
-        )
+        raise UnknownFramework(f"Unknown agent framework {framework!r}; choose one of: {', '.join(framework_names())}.")
     module_name, _, class_name = entry[1].partition(":")
     handler_class = getattr(importlib.import_module(module_name), class_name)
     if not (isinstance(handler_class, type) and issubclass(handler_class, BaseAgentHandler)):

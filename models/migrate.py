@@ -6,6 +6,9 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
@@ -19,8 +22,31 @@ def alembic_config(database_url: str | None = None) -> Config:
     return config
 
 
+def ensure_database(database_url: str) -> bool:
+    """Create the database of `database_url` if it does not exist yet; True if it was created."""
+    url = make_url(database_url)
+    name = url.database
+    if not name:
+        return False
+    engine = create_engine(url.set(database="postgres"), poolclass=NullPool, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            if conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :name"), {"name": name}).first():
+                return False
+            quoted = conn.dialect.identifier_preparer.quote(name)
+            conn.execute(text(f"CREATE DATABASE {quoted}"))
+            return True
+    finally:
+        engine.dispose()
+
+
 def upgrade(database_url: str | None = None, revision: str = "head") -> None:
-    """Create or migrate the schema to `revision`."""
+    """Create the database if needed, then create or migrate the schema to `revision`."""
+    if database_url is None:
+        from worker.config import get_settings
+
+        database_url = get_settings().database_url
+    ensure_database(database_url)
     command.upgrade(alembic_config(database_url), revision)
 
 

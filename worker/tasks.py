@@ -7,7 +7,7 @@ import uuid
 from typing import Any
 
 from celery import Task
-from celery.signals import worker_shutting_down
+from celery.signals import worker_init, worker_shutting_down
 from kombu.exceptions import OperationalError as KombuOperationalError
 from redis import RedisError
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -96,3 +96,15 @@ def _hand_back_on_shutdown(sig: str | None = None, how: str | None = None, **_: 
     """
     log.info("worker shutting down (%s, %s): handing running turns back", how, sig)
     begin_hand_back()
+
+
+@worker_init.connect
+def _preload_handlers(**_: Any) -> None:
+    """Import the agent adapters once at start, so the first turn does not pay seconds of imports."""
+    from handlers import framework_names, load_handler_class
+
+    for framework in framework_names():
+        try:
+            load_handler_class(framework)
+        except Exception as exc:  # a broken adapter fails its own turns, not the worker
+            log.warning("could not preload the %s handler: %s", framework, exc)

@@ -69,7 +69,9 @@ class LangGraphHandler(BaseAgentHandler):
             try:
                 yield from _events(parts, deadline, produced)
             finally:
-                # Stop the graph now (also when our consumer stops early), not whenever it is collected.
+                # Stop the graph now (also when our consumer stops early), not whenever it is collected:
+                # closing waits for running nodes, and the stopped deadline makes them end promptly.
+                deadline.stop()
                 close = getattr(parts, "close", None)
                 if close is not None:
                     close()

@@ -300,3 +300,12 @@ def test_concurrent_turns_share_the_graph_and_client(stub_env: OpenAIStub, make_
         assert messages[1].content == str(i * i)
         assert messages[2].content == f"The answer is {i * i}."
     assert len(stub_env.requests) == 16
+
+
+def test_closing_the_stream_early_stops_the_model_call(stub_env: OpenAIStub, make_session: MakeSession) -> None:
+    stream = get_agent_handler(make_session()).stream("[words: 60] [slow: 0.1]")
+    first = next(stream)
+    assert first.kind == "text"
+    started = time.monotonic()
+    stream.close()  # a cancelled turn: the worker stops reading
+    assert time.monotonic() - started < 1.0  # not the ~6 s the rest of the reply would take
