@@ -44,6 +44,8 @@ def get_engine() -> Engine:
             max_overflow=settings.worker_concurrency + 10,
             pool_timeout=30,
             pool_recycle=1800,
+            # Errors can travel to logs and Flower; they must never carry users' messages.
+            hide_parameters=True,
             connect_args={"connect_timeout": 5, "application_name": "chatq"},
         )
         _state.update(engine=engine, pid=pid, factory=sessionmaker(engine, expire_on_commit=False))

@@ -241,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("worker", help="run a worker (extra options go to `celery worker`)", add_help=False)
     sub.add_parser("beat", help="run the sweeper schedule (extra options go to `celery beat`)", add_help=False)
+    sub.add_parser("flower", help="run Flower with authentication (extra options go to Flower)", add_help=False)
 
     session = sub.add_parser("session", help="chat sessions")
     session_sub = session.add_subparsers(dest="session_command", required=True, metavar="ACTION")
@@ -284,7 +285,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-PASSTHROUGH: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {"worker": cmd_worker, "beat": cmd_beat}
+def cmd_flower(args: argparse.Namespace, extra: list[str]) -> int:
+    from worker.flower import cmd_flower as run
+
+    return run(args, extra)
+
+
+PASSTHROUGH: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
+    "worker": cmd_worker,
+    "beat": cmd_beat,
+    "flower": cmd_flower,
+}
 
 
 def _explain(exc: BaseException) -> str:

@@ -16,7 +16,7 @@ from worker.app import app
 from worker.config import get_settings, mask_secrets
 from worker.errors import InvalidTurn
 from worker.leases import begin_hand_back
-from worker.payload import BATCH_QUEUE, INTERACTIVE_QUEUE, parse_turn_request
+from worker.payload import BATCH_QUEUE, INTERACTIVE_QUEUE, parse_turn_request, redacted_kwargs
 from worker.runner import Outcome, execute_turn, reject
 
 log = logging.getLogger(__name__)
@@ -59,10 +59,15 @@ def run_turn(self: Task[Any, Any], *args: Any, **kwargs: Any) -> str:
             countdown,
             mask_secrets(str(exc)).splitlines()[0],
         )
-        raise self.retry(exc=exc, countdown=countdown) from None
+        raise self.retry(exc=exc, countdown=countdown, **_hidden(kwargs)) from None
     if result.outcome in (Outcome.RETRY, Outcome.BUSY):
-        raise self.retry(countdown=result.retry_after or get_settings().retry_delay)
+        raise self.retry(countdown=result.retry_after or get_settings().retry_delay, **_hidden(kwargs))
     return result.outcome.value
+
+
+def _hidden(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Retried messages keep showing ids and sizes only (Celery would repr the content otherwise)."""
+    return {"kwargsrepr": redacted_kwargs(kwargs), "argsrepr": "()"}
 
 
 def _ids(kwargs: dict[str, Any], task_id: str | None) -> tuple[uuid.UUID, uuid.UUID | None]:

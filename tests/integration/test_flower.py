@@ -181,10 +181,6 @@ def test_task_arguments_show_ids_and_sizes_not_the_message(flower: FlowerProcess
     assert "hello flower" not in page
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="worker/tasks.py: Task.retry() re-sends the message without kwargsrepr, so Celery reprs the content",
-)
 def test_a_retried_turn_still_hides_the_message(flower: FlowerProcess, openai_stub: OpenAIStub) -> None:
     from worker.producer import create_session, submit_turn
 
