@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import importlib
 import json
 import mimetypes
 import os
@@ -19,6 +20,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from worker.errors import ChatqError
+
+COMMAND_MODULES: tuple[str, ...] = ()
+"""Modules with a `register(subparsers)` function that add more `chatq` subcommands."""
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -282,6 +286,10 @@ def build_parser() -> argparse.ArgumentParser:
     usage.add_argument("--session", metavar="S")
     usage.add_argument("--json", action="store_true")
     usage.set_defaults(func=cmd_usage)
+
+    for module in COMMAND_MODULES:
+        # Each adds its subcommands; they import only the standard library at module level.
+        importlib.import_module(module).register(sub)
     return parser
 
 
