@@ -22,6 +22,9 @@ broker_transport_options = {
     "socket_timeout": 30,
     "socket_connect_timeout": 10,
     "health_check_interval": 25,
+    # Take from queues in the order the worker lists them (`chatq` before `chatq.batch`), so an
+    # interactive turn never waits behind a batch, while idle batch capacity is still used.
+    "queue_order_strategy": "priority",
 }
 
 # JSON only: a producer in any language can speak it, and pickle from the broker would be code execution.

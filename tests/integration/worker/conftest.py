@@ -18,9 +18,10 @@ def worker_env(chatq_env: dict[str, str], openai_stub: OpenAIStub) -> dict[str, 
     return {**chatq_env, "OPENAI_BASE_URL": openai_stub.base_url, "OPENAI_API_KEY": "sk-test-not-a-secret"}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def worker(worker_env: dict[str, str]) -> Iterator[WorkerProcess]:
-    """One real `chatq worker` shared by the tests of this package."""
+    """One real `chatq worker` shared by the tests of this package (and stopped after them, so
+    workers of other packages' tests never compete for the same queue)."""
     process = WorkerProcess(worker_env, concurrency=6).start()
     yield process
     process.stop()

@@ -1,0 +1,114 @@
+"""Cancellation through the producer API: queued and running turns, and submit_turn's if_busy policies."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from sqlalchemy import func, select
+
+from models.db import session_scope
+from models.tables import ChatMessage, Turn, TurnStatus
+from tests.faults.helpers import STUB_MODEL, Workers, event_types, wait_finished, wait_for_event, wait_status
+from tests.support.turns import replay_events, turn_messages
+from worker.errors import SessionBusy
+from worker.producer import cancel_turn, create_session, submit_turn
+
+pytestmark = pytest.mark.slow
+
+SLOW = "[words: 60] [slow: 0.1]"
+"""About six seconds of streaming."""
+
+
+def _counts(session_id: uuid.UUID) -> tuple[int, int]:
+    with session_scope() as db:
+        turns = db.execute(select(func.count()).select_from(Turn).where(Turn.session_id == session_id)).scalar_one()
+        messages = db.execute(
+            select(func.count()).select_from(ChatMessage).where(ChatMessage.session_id == session_id)
+        ).scalar_one()
+    return int(turns), int(messages)
+
+
+@pytest.mark.timeout(60)
+def test_a_queued_turn_cancelled_never_runs_and_the_session_moves_on(workers: Workers, redis_url: str) -> None:
+    workers.one()
+    session_id = create_session(framework="langgraph", model=STUB_MODEL)
+    ahead = submit_turn(session_id, f"first, slowly [words: 20] [slow: 0.1]")
+    queued = submit_turn(session_id, "never mind this one")
+    wait_status(ahead.turn_id, "running", timeout=20)
+
+    assert cancel_turn(queued.turn_id) is TurnStatus.CANCELLED
+    assert cancel_turn(queued.turn_id) is TurnStatus.CANCELLED  # idempotent
+    later = submit_turn(session_id, "and then this [words: 3]")
+
+    rows = wait_finished([ahead.turn_id, queued.turn_id, later.turn_id], timeout=45)
+    assert rows[ahead.turn_id].status.value == "succeeded"
+    assert rows[queued.turn_id].status.value == "cancelled"
+    assert rows[later.turn_id].status.value == "succeeded", rows[later.turn_id].error
+    assert rows[queued.turn_id].started_at is None and rows[queued.turn_id].attempts == 0
+    assert rows[later.turn_id].started_at >= rows[ahead.turn_id].finished_at
+    assert event_types(redis_url, queued.turn_id) == ["queued", "cancelled"]
+    assert [m.role for m in turn_messages(queued.turn_id)] == ["user"]
+    assert [m.role for m in turn_messages(later.turn_id)] == ["user", "assistant"]
+
+
+@pytest.mark.timeout(60)
+def test_a_running_turn_cancelled_stops_within_two_seconds_and_stores_nothing(
+    workers: Workers, redis_url: str
+) -> None:
+    workers.one()
+    session_id = create_session(framework="langgraph", model=STUB_MODEL)
+    running = submit_turn(session_id, f"go on and on {SLOW}")
+    following = submit_turn(session_id, "the next question [words: 3]")
+    wait_for_event(redis_url, running.turn_id, "text", count=3, timeout=20)
+
+    asked_at = time.monotonic()
+    assert cancel_turn(running.turn_id) is TurnStatus.RUNNING
+    row = wait_status(running.turn_id, "cancelled", timeout=10)
+    stop_seconds = time.monotonic() - asked_at
+    print(f"\nrunning turn cancelled after {stop_seconds:.2f}s")
+    assert stop_seconds < 2.5
+    assert row.error is None and row.finished_at is not None
+
+    wait_finished([following.turn_id], timeout=30)
+    events = replay_events(redis_url, running.turn_id)
+    types = [event["type"] for event in events]
+    assert types[-1] == "cancelled" and types.count("cancelled") == 1
+    assert "final" not in types and "error" not in types
+    assert [m.role for m in turn_messages(running.turn_id)] == ["user"]
+    with session_scope() as db:
+        nxt = db.get(Turn, following.turn_id)
+    assert nxt is not None and nxt.status.value == "succeeded", nxt.error if nxt else None
+    assert [m.role for m in turn_messages(following.turn_id)] == ["user", "assistant"]
+
+
+@pytest.mark.timeout(60)
+def test_if_busy_reject_stores_nothing_and_interrupt_replaces_the_running_turn(
+    workers: Workers, redis_url: str
+) -> None:
+    workers.one()
+    session_id = create_session(framework="langgraph", model=STUB_MODEL)
+    busy = submit_turn(session_id, f"a long one {SLOW}")
+    wait_for_event(redis_url, busy.turn_id, "text", count=2, timeout=20)
+
+    before = _counts(session_id)
+    rejected_id = uuid.uuid4()
+    with pytest.raises(SessionBusy):
+        submit_turn(session_id, "me too", turn_id=rejected_id, if_busy="reject")
+    assert _counts(session_id) == before
+    with session_scope() as db:
+        assert db.get(Turn, rejected_id) is None
+    assert event_types(redis_url, rejected_id) == []
+
+    interrupting = submit_turn(session_id, "stop that, answer this [words: 5]", if_busy="interrupt")
+    assert interrupting.cancelled == [busy.turn_id]
+    rows = wait_finished([busy.turn_id, interrupting.turn_id], timeout=30)
+    assert rows[busy.turn_id].status.value == "cancelled"
+    assert rows[interrupting.turn_id].status.value == "succeeded", rows[interrupting.turn_id].error
+    assert rows[interrupting.turn_id].started_at >= rows[busy.turn_id].finished_at
+    busy_types = event_types(redis_url, busy.turn_id)
+    assert busy_types[-1] == "cancelled" and busy_types.count("cancelled") == 1 and "final" not in busy_types
+    assert [m.role for m in turn_messages(busy.turn_id)] == ["user"]
+    assert [m.role for m in turn_messages(interrupting.turn_id)] == ["user", "assistant"]
+    assert event_types(redis_url, interrupting.turn_id)[-1] == "final"

@@ -1,0 +1,338 @@
+"""Batch conversations (`chatq batch`): parse, submit in bulk, follow, collect results.
+
+Each conversation becomes one session whose turns run in order on the `chatq.batch` queue, so
+they never hold up interactive turns. Ids are derived from the batch id, the conversation id and
+the turn index, so running the same command again resumes instead of submitting twice.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from models.db import session_scope
+from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
+from worker.config import Settings, get_settings
+from worker.dispatch import send_turn
+from worker.errors import InvalidTurn
+from worker.payload import BATCH_QUEUE, validate_content
+from worker.producer import FRAMEWORKS
+
+BATCH_NAMESPACE = uuid.UUID("5d0f3c39-1f4e-4c8e-9a53-2b0d0c9e6a71")
+FINISHED = (TurnStatus.SUCCEEDED, TurnStatus.FAILED, TurnStatus.CANCELLED)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Conversation:
+    """One line of a batch file."""
+
+    line: int
+    """Its line number in the file (1-based)."""
+    id: str
+    """The conversation id from the file."""
+    framework: str
+    """The session's agent framework."""
+    model: str | None
+    """The session's model (None: the default model)."""
+    system_prompt: str | None
+    """The session's instructions."""
+    turns: tuple[str, ...]
+    """The user messages, in order."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LineError:
+    """A batch line that cannot be run."""
+
+    line: int
+    """Its line number (1-based)."""
+    message: str
+    """What is wrong with it."""
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.message}"
+
+
+def parse_line(line_no: int, text: str, settings: Settings) -> Conversation:
+    """Validate one batch line; raises InvalidTurn with what is wrong."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidTurn(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise InvalidTurn("must be a JSON object")
+    conv_id = data.get("id")
+    if not isinstance(conv_id, str | int) or isinstance(conv_id, bool) or not str(conv_id).strip():
+        raise InvalidTurn('missing "id" (a non-empty string)')
+    session = data.get("session") or {}
+    if not isinstance(session, dict):
+        raise InvalidTurn('"session" must be an object')
+    framework = session.get("framework", "langgraph")
+    if framework not in FRAMEWORKS:
+        raise InvalidTurn(f"unknown framework {framework!r}; choose one of: {', '.join(FRAMEWORKS)}")
+    model = session.get("model")
+    if model is not None and (not isinstance(model, str) or len(model) > 200):
+        raise InvalidTurn('"session.model" must be a model name')
+    system_prompt = session.get("system_prompt")
+    if system_prompt is not None and not isinstance(system_prompt, str):
+        raise InvalidTurn('"session.system_prompt" must be a string')
+    turns = data.get("turns")
+    if not isinstance(turns, list) or not turns:
+        raise InvalidTurn('missing "turns" (a non-empty list of user messages)')
+    if len(turns) >= 100_000:
+        raise InvalidTurn("too many turns in one conversation")
+    checked = []
+    for index, turn in enumerate(turns):
+        try:
+            checked.append(validate_content(turn, settings))
+        except InvalidTurn as exc:
+            raise InvalidTurn(f"turns[{index}]: {exc.message}") from None
+    return Conversation(
+        line=line_no,
+        id=str(conv_id),
+        framework=framework,
+        model=model or None,
+        system_prompt=system_prompt,
+        turns=tuple(checked),
+    )
+
+
+def parse_batch(lines: Iterable[str], settings: Settings | None = None) -> tuple[list[Conversation], list[LineError]]:
+    """Every valid conversation and every bad line (blank lines are skipped)."""
+    settings = settings or get_settings()
+    conversations: list[Conversation] = []
+    errors: list[LineError] = []
+    seen: dict[str, int] = {}
+    for line_no, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            conversation = parse_line(line_no, text, settings)
+        except InvalidTurn as exc:
+            errors.append(LineError(line=line_no, message=exc.message))
+            continue
+        if conversation.id in seen:
+            errors.append(
+                LineError(
+                    line=line_no, message=f"duplicate id {conversation.id!r} (first on line {seen[conversation.id]})"
+                )
+            )
+            continue
+        seen[conversation.id] = line_no
+        conversations.append(conversation)
+    return conversations, errors
+
+
+def session_uuid(batch_id: str, conversation_id: str) -> uuid.UUID:
+    """The stable session id of a conversation of a batch."""
+    return uuid.uuid5(BATCH_NAMESPACE, f"{batch_id}\x1f{conversation_id}")
+
+
+def turn_uuid(batch_id: str, conversation_id: str, index: int) -> uuid.UUID:
+    """The stable turn id of a conversation's turn."""
+    return uuid.uuid5(BATCH_NAMESPACE, f"{batch_id}\x1f{conversation_id}\x1f{index}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Submission:
+    """What `submit_batch` did."""
+
+    conversations: int
+    """Conversations in the batch."""
+    turns: int
+    """Turns in the batch."""
+    new_turns: int
+    """Turns stored by this call (0 when the batch had been submitted before)."""
+    sent: int
+    """Task messages sent (the first runnable turn of each unfinished conversation)."""
+
+
+def submit_batch(batch_id: str, conversations: Sequence[Conversation], *, chunk: int = 1000) -> Submission:
+    """Store every conversation's session and turns in bulk (skipping what exists), then send.
+
+    Only the first runnable turn of each conversation is sent: the worker sends a session's next
+    turn as soon as the previous one ends, so a 10,000-turn batch costs one message per conversation.
+    """
+    settings = get_settings()
+    new_turns = 0
+    for start in range(0, len(conversations), chunk):
+        new_turns += _insert(batch_id, conversations[start : start + chunk], settings)
+    sent = 0
+    session_ids = [session_uuid(batch_id, c.id) for c in conversations]
+    for start in range(0, len(session_ids), chunk):
+        for message in _runnable_heads(session_ids[start : start + chunk]):
+            sent += send_turn(message, queue=BATCH_QUEUE)
+    total = sum(len(c.turns) for c in conversations)
+    return Submission(conversations=len(conversations), turns=total, new_turns=new_turns, sent=sent)
+
+
+def _insert(batch_id: str, conversations: Sequence[Conversation], settings: Settings) -> int:
+    sessions, turns, messages = [], [], []
+    for conv in conversations:
+        sid = session_uuid(batch_id, conv.id)
+        sessions.append(
+            {
+                "id": sid,
+                "agent_framework": conv.framework,
+                "model": conv.model or settings.default_model,
+                "system_prompt": conv.system_prompt,
+                "metadata_": {"batch": batch_id, "conversation": conv.id},
+                "next_turn_position": len(conv.turns),
+            }
+        )
+        for index, content in enumerate(conv.turns):
+            tid = turn_uuid(batch_id, conv.id, index)
+            turns.append(
+                {"id": tid, "session_id": sid, "position": index, "status": TurnStatus.QUEUED, "queue": BATCH_QUEUE}
+            )
+            messages.append(
+                {
+                    "session_id": sid,
+                    "turn_id": tid,
+                    "position": index * MESSAGE_POSITION_STRIDE,
+                    "role": "user",
+                    "content": content,
+                }
+            )
+    with session_scope() as db:
+        created = db.execute(
+            pg_insert(ChatSession)
+            .values(sessions)
+            .on_conflict_do_nothing(index_elements=["id"])
+            .returning(ChatSession.id)
+        ).scalars()
+        fresh = set(created)
+        if not fresh:
+            return 0
+        # Sessions that already existed were stored with all their turns in an earlier run.
+        db.execute(pg_insert(Turn).values([t for t in turns if t["session_id"] in fresh]))
+        db.execute(pg_insert(ChatMessage).values([m for m in messages if m["session_id"] in fresh]))
+        return sum(1 for t in turns if t["session_id"] in fresh)
+
+
+def _runnable_heads(session_ids: Sequence[uuid.UUID]) -> list[dict[str, Any]]:
+    """Task messages for each session's first unfinished turn that is still queued."""
+    with session_scope() as db:
+        first_active = (
+            select(Turn.session_id, func.min(Turn.position).label("position"))
+            .where(Turn.session_id.in_(session_ids), Turn.status.in_((TurnStatus.QUEUED, TurnStatus.RUNNING)))
+            .group_by(Turn.session_id)
+            .subquery()
+        )
+        rows = db.execute(
+            select(Turn.id, Turn.session_id, ChatMessage.content)
+            .join(
+                first_active,
+                (first_active.c.session_id == Turn.session_id) & (first_active.c.position == Turn.position),
+            )
+            .join(ChatMessage, (ChatMessage.turn_id == Turn.id) & (ChatMessage.role == "user"))
+            .where(Turn.status == TurnStatus.QUEUED)
+        ).all()
+    return [
+        {"turn_id": str(tid), "session_id": str(sid), "content": content, "images": None, "reply_to": None}
+        for tid, sid, content in rows
+    ]
+
+
+@dataclass(kw_only=True)
+class TurnState:
+    """What the follower knows of one turn."""
+
+    conversation: str
+    index: int
+    status: str = "queued"
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms: int | None = None
+    error: str | None = None
+
+
+@dataclass(kw_only=True)
+class Progress:
+    """Counts for the progress bar and the summary."""
+
+    total: int
+    done: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latencies_ms: list[int] = field(default_factory=list)
+
+
+def poll_turns(batch_id: str, conversations: Sequence[Conversation]) -> Iterator[tuple[uuid.UUID, Mapping[str, Any]]]:
+    """The current state of every turn of the batch (one query per 1,000 sessions)."""
+    session_ids = [session_uuid(batch_id, c.id) for c in conversations]
+    for start in range(0, len(session_ids), 1000):
+        with session_scope() as db:
+            rows = db.execute(
+                select(
+                    Turn.id,
+                    Turn.status,
+                    Turn.prompt_tokens,
+                    Turn.completion_tokens,
+                    Turn.started_at,
+                    Turn.finished_at,
+                    Turn.error,
+                ).where(Turn.session_id.in_(session_ids[start : start + 1000]))
+            ).all()
+        for row in rows:
+            yield row.id, dict(row._mapping)
+
+
+def latency_ms(started: datetime | None, finished: datetime | None) -> int | None:
+    """Run time of a turn, from its first start to its end (retries included)."""
+    if started is None or finished is None:
+        return None
+    return max(0, int((finished - started).total_seconds() * 1000))
+
+
+def conversation_result(
+    batch_id: str, conversation: Conversation, states: Mapping[uuid.UUID, TurnState]
+) -> dict[str, Any]:
+    """The output line of a finished conversation, with each turn's user text and reply."""
+    sid = session_uuid(batch_id, conversation.id)
+    turn_ids = [turn_uuid(batch_id, conversation.id, i) for i in range(len(conversation.turns))]
+    with session_scope() as db:
+        replies = dict(
+            db.execute(
+                select(ChatMessage.turn_id, ChatMessage.content)
+                .where(ChatMessage.turn_id.in_(turn_ids), ChatMessage.role == "assistant")
+                .order_by(ChatMessage.position)
+            ).all()
+        )
+    turns = []
+    for index, tid in enumerate(turn_ids):
+        state = states[tid]
+        turns.append(
+            {
+                "turn_id": str(tid),
+                "status": state.status,
+                "user": conversation.turns[index],
+                "reply": replies.get(tid) if state.status == "succeeded" else None,
+                "usage": {
+                    "prompt_tokens": state.prompt_tokens,
+                    "completion_tokens": state.completion_tokens,
+                    "total_tokens": state.prompt_tokens + state.completion_tokens,
+                },
+                "latency_ms": state.latency_ms,
+                "error": state.error,
+            }
+        )
+    return {"id": conversation.id, "session_id": str(sid), "turns": turns}
+
+
+def percentile(values: Sequence[int], fraction: float) -> int | None:
+    """The nearest-rank percentile of `values` (None when empty)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(fraction * len(ordered) + 0.4999)))
+    return ordered[rank - 1]
