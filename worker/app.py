@@ -7,4 +7,6 @@ from celery import Celery
 app = Celery("chatq", include=["worker.tasks"])
 app.config_from_object("celeryconfig")
 
+import worker.signals  # noqa: E402, F401  (connects logging, preload, metrics and shutdown handlers)
+
 __all__ = ["app"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,12 +16,13 @@ from dataclasses import dataclass
 from handlers.base import AgentMessage, StreamEvent, StreamEventKind, Usage
 from handlers.errors import AgentInvocationError, HandlerError, UnknownFramework
 from models.tables import TurnStatus
-from worker import turns
+from worker import metrics, turns
 from worker.config import get_settings, mask_secrets
 from worker.dispatch import kick_next, send_turn
 from worker.errors import InvalidTurn
 from worker.events import EventType, TextCoalescer, TurnEvents
 from worker.leases import TurnLease, get_lease_keeper, handing_back
+from worker.logs import set_attempt, turn_context
 from worker.payload import TurnRequest
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,11 @@ class HandBack(Exception):
 
 def execute_turn(request: TurnRequest, *, queue: str, worker: str) -> Result:
     """Run one delivery of a turn end to end; infrastructure errors propagate to the caller."""
+    with turn_context(turn_id=request.turn_id, session_id=request.session_id):
+        return _execute(request, queue=queue, worker=worker)
+
+
+def _execute(request: TurnRequest, *, queue: str, worker: str) -> Result:
     if handing_back():
         # A message taken just as the worker began shutting down: pass it on untouched.
         send_turn(request.to_message(), queue=queue)
@@ -99,6 +106,16 @@ def execute_turn(request: TurnRequest, *, queue: str, worker: str) -> Result:
 
 def run_claimed(claim: turns.Claim) -> Result:
     """Run the handler for a claimed turn and record how it ended."""
+    set_attempt(claim.attempt)
+    metrics.IN_FLIGHT.inc()
+    try:
+        return _run_claimed(claim)
+    finally:
+        metrics.IN_FLIGHT.dec()
+
+
+def _run_claimed(claim: turns.Claim) -> Result:
+    started = time.monotonic()
     events = TurnEvents.resume(session_id=claim.session.id, turn_id=claim.turn_id)
     events.publish(EventType.STARTED, claim.attempt)
     log.info(
@@ -112,9 +129,10 @@ def run_claimed(claim: turns.Claim) -> Result:
     keeper = get_lease_keeper()
     lease = keeper.register(claim.turn_id, claim.lease_token)
     try:
-        messages, usage = run_handler(claim, events, lease)
+        messages, usage = run_handler(claim, events, lease, started=started)
     except TurnCancelled:
         if turns.finish_turn(claim, TurnStatus.CANCELLED):
+            metrics.TURNS.labels("cancelled").inc()
             events.publish(EventType.CANCELLED, claim.attempt)
             log.info("turn %s session %s: cancelled while running", claim.turn_id, claim.session.id)
             kick_next(claim.session.id)
@@ -135,6 +153,11 @@ def run_claimed(claim: turns.Claim) -> Result:
     if not turns.complete_turn(claim, messages, usage):
         log.warning("turn %s: lease lost before the reply was stored; another attempt owns it", claim.turn_id)
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
+    framework = claim.session.agent_framework
+    metrics.TURNS.labels("succeeded").inc()
+    metrics.TURN_SECONDS.labels(framework).observe(time.monotonic() - started)
+    metrics.TOKENS.labels(claim.session.model, "prompt").inc(usage.get("prompt_tokens", 0))
+    metrics.TOKENS.labels(claim.session.model, "completion").inc(usage.get("completion_tokens", 0))
     events.publish(
         EventType.FINAL,
         claim.attempt,
@@ -153,7 +176,9 @@ def run_claimed(claim: turns.Claim) -> Result:
     return Result(outcome=Outcome.SUCCEEDED, attempt=claim.attempt)
 
 
-def run_handler(claim: turns.Claim, events: TurnEvents, lease: TurnLease) -> tuple[list[AgentMessage], Usage]:
+def run_handler(
+    claim: turns.Claim, events: TurnEvents, lease: TurnLease, *, started: float | None = None
+) -> tuple[list[AgentMessage], Usage]:
     """Stream the session's handler, relaying text and tool events; fall back to invoke()."""
     from handlers import get_agent_handler
 
@@ -170,10 +195,16 @@ def run_handler(claim: turns.Claim, events: TurnEvents, lease: TurnLease) -> tup
     coalescer = TextCoalescer(events, claim.attempt, settings.text_coalesce_ms / 1000.0)
     final: StreamEvent | None = None
     event = first
+    first_text = True
     try:
         while event is not None:
             check_lease(lease)
             if event.kind == StreamEventKind.TEXT:
+                if first_text and event.text and started is not None:
+                    first_text = False
+                    metrics.FIRST_TOKEN_SECONDS.labels(claim.session.agent_framework).observe(
+                        time.monotonic() - started
+                    )
                 coalescer.add(event.text)
             elif event.kind == StreamEventKind.TOOL and event.tool is not None:
                 coalescer.flush()
@@ -241,6 +272,7 @@ def handle_agent_failure(claim: turns.Claim, events: TurnEvents, exc: AgentInvoc
     if claim.attempt < settings.max_attempts:
         if turns.requeue_turn(claim, error=error):
             events.publish(EventType.RETRY, claim.attempt, error=error)
+            metrics.RETRIES.inc()
             log.warning(
                 "turn %s session %s: attempt %d failed, retrying: %s",
                 claim.turn_id,

@@ -45,6 +45,10 @@ def sweep_once() -> SweepReport:
             "reply_to": turn.reply_to,
         }
         send_turn(message, queue=turn.queue)
+    from worker import metrics
+
+    metrics.SWEEPER.labels("resent").inc(len(resend) - len(expired))
+    metrics.SWEEPER.labels("expired_lease").inc(len(expired))
     for turn_id in expired:
         log.warning("turn %s: lease expired, handed to another worker", turn_id)
     if resend:

@@ -7,7 +7,6 @@ import uuid
 from typing import Any
 
 from celery import Task
-from celery.signals import worker_init, worker_shutting_down
 from kombu.exceptions import OperationalError as KombuOperationalError
 from redis import RedisError
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -15,7 +14,6 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from worker.app import app
 from worker.config import get_settings, mask_secrets
 from worker.errors import InvalidTurn
-from worker.leases import begin_hand_back
 from worker.payload import BATCH_QUEUE, INTERACTIVE_QUEUE, parse_turn_request, redacted_kwargs
 from worker.runner import Outcome, execute_turn, reject
 
@@ -90,26 +88,3 @@ def sweep() -> dict[str, int]:
     from worker.sweeper import sweep_once
 
     return sweep_once().as_dict()
-
-
-@worker_shutting_down.connect
-def _hand_back_on_shutdown(sig: str | None = None, how: str | None = None, **_: Any) -> None:
-    """On SIGTERM/SIGINT/SIGQUIT, running turns go back to the queue at their next chunk.
-
-    A rolling deploy then waits for no turn to finish and loses none: each interrupted turn is
-    requeued in Postgres and sent again at once, and the next worker starts it over.
-    """
-    log.info("worker shutting down (%s, %s): handing running turns back", how, sig)
-    begin_hand_back()
-
-
-@worker_init.connect
-def _preload_handlers(**_: Any) -> None:
-    """Import the agent adapters once at start, so the first turn does not pay seconds of imports."""
-    from handlers import framework_names, load_handler_class
-
-    for framework in framework_names():
-        try:
-            load_handler_class(framework)
-        except Exception as exc:  # a broken adapter fails its own turns, not the worker
-            log.warning("could not preload the %s handler: %s", framework, exc)

@@ -1,0 +1,88 @@
+"""Metrics and structured logs of a real worker."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from tests.integration.worker.conftest import STUB_MODEL
+from tests.support.turns import wait_for_turn
+from tests.support.workers import WorkerProcess
+from worker.producer import create_session, submit_turn
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def metrics_worker(worker_env: dict[str, str], worker: WorkerProcess) -> Iterator[tuple[WorkerProcess, int]]:
+    # The package's shared worker is stopped for the duration so this one runs the turn.
+    worker.stop()
+    port = free_port()
+    process = WorkerProcess({**worker_env, "CHATQ_METRICS_PORT": str(port)}, concurrency=2).start()
+    try:
+        yield process, port
+    finally:
+        process.stop()
+        worker.start()
+
+
+def scrape(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
+def test_metrics_show_a_finished_turns_tokens_and_latency(metrics_worker: tuple[WorkerProcess, int]) -> None:
+    process, port = metrics_worker
+    before = scrape(port)
+    assert before.get('chatq_queue_depth{queue="chatq"}') is not None
+    session_id = create_session(framework="langgraph", model=STUB_MODEL)
+    turn = submit_turn(session_id, "count me [words: 7]")
+    row = wait_for_turn(turn.turn_id)
+    assert row.status.value == "succeeded"
+    time.sleep(0.2)
+    after = scrape(port)
+    assert after['chatq_turns_total{status="succeeded"}'] == before.get('chatq_turns_total{status="succeeded"}', 0) + 1
+    assert after[f'chatq_tokens_total{{kind="prompt",model="{STUB_MODEL}"}}'] == row.prompt_tokens
+    assert after[f'chatq_tokens_total{{kind="completion",model="{STUB_MODEL}"}}'] == row.completion_tokens
+    assert after['chatq_turn_duration_seconds_count{framework="langgraph"}'] == 1
+    assert after['chatq_turn_duration_seconds_sum{framework="langgraph"}'] > 0
+    assert after['chatq_time_to_first_token_seconds_count{framework="langgraph"}'] == 1
+    assert after["chatq_turns_in_flight"] == 0
+
+
+def test_logs_are_json_lines_with_turn_context_and_no_user_content(
+    metrics_worker: tuple[WorkerProcess, int],
+) -> None:
+    process, _port = metrics_worker
+    secret_words = "purple elephants negotiate quietly"
+    session_id = create_session(framework="langgraph", model=STUB_MODEL)
+    turn = submit_turn(session_id, secret_words)
+    assert wait_for_turn(turn.turn_id).status.value == "succeeded"
+    time.sleep(0.3)
+    records = []
+    for line in process.log().splitlines():
+        if line.startswith("{"):
+            records.append(json.loads(line))
+    assert records, "no JSON log lines"
+    mine = [r for r in records if r.get("turn_id") == str(turn.turn_id)]
+    assert any("succeeded on attempt 1" in r["message"] for r in mine)
+    assert all(r["session_id"] == str(session_id) for r in mine)
+    assert any(r.get("attempt") == 1 for r in mine)
+    assert secret_words not in process.log()
+    assert "sk-test-not-a-secret" not in process.log()

@@ -1,0 +1,113 @@
+"""The gateway's own environment variables, parsed and validated once at start.
+
+They live here rather than in `worker.config` because only `chatq serve` reads them:
+
+| variable | default | meaning |
+|---|---|---|
+| `CHATQ_API_TOKEN` | — (required) | bearer token(s) clients must send; comma-separated to rotate |
+| `CHATQ_API_MAX_BODY_BYTES` | largest valid turn | bigger request bodies are refused with 413 |
+| `CHATQ_SSE_HEARTBEAT` | `15` | seconds between SSE comment lines on an idle stream |
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from worker.config import Settings, get_settings
+from worker.errors import ConfigError
+
+TOKEN_ENV = "CHATQ_API_TOKEN"
+MAX_BODY_ENV = "CHATQ_API_MAX_BODY_BYTES"
+HEARTBEAT_ENV = "CHATQ_SSE_HEARTBEAT"
+
+MIN_TOKEN_CHARS = 16
+"""Shorter tokens are refused: a guessable token is no authentication."""
+
+JSON_OVERHEAD_BYTES = 64 * 1024
+"""Room for the JSON around the content and images of the largest valid turn."""
+
+
+def largest_valid_body(settings: Settings) -> int:
+    """Bytes of the largest request a valid turn can need.
+
+    Text: every character may be a 6-byte JSON escape. Images: base64 data URLs (4/3 of the
+    decoded size) at the configured count and size. The default limit is this, so no turn the
+    worker would accept is refused at the door.
+    """
+    text = 6 * settings.max_content_chars
+    images = settings.max_images * (-(-settings.max_image_bytes * 4 // 3) + 200)
+    return text + images + JSON_OVERHEAD_BYTES
+
+
+@dataclass(frozen=True, kw_only=True)
+class GatewaySettings:
+    """Validated gateway configuration."""
+
+    tokens: tuple[str, ...] = field(default=(), repr=False)
+    """Accepted bearer tokens (`CHATQ_API_TOKEN`); never logged."""
+    max_body_bytes: int = 1_000_000
+    """Largest accepted request body (`CHATQ_API_MAX_BODY_BYTES`)."""
+    heartbeat: float = 15.0
+    """Seconds between heartbeat comments on an idle event stream (`CHATQ_SSE_HEARTBEAT`)."""
+    unauthenticated: bool = False
+    """Serve without tokens (`chatq serve --unauthenticated`, loopback only)."""
+
+
+def _positive_number(env: Mapping[str, str], name: str, default: float, *, minimum: float, maximum: float) -> float:
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if not minimum <= value <= maximum:
+        raise ConfigError(f"{name} must be between {minimum:g} and {maximum:g}, got {raw!r}")
+    return value
+
+
+def _whole_number(env: Mapping[str, str], name: str, default: int, *, minimum: int) -> int:
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number of bytes, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum}, got {raw!r}")
+    return value
+
+
+def parse_tokens(raw: str) -> tuple[str, ...]:
+    """Tokens from `CHATQ_API_TOKEN` (comma-separated); ConfigError naming the problem, never the token."""
+    tokens = tuple(part.strip() for part in raw.split(",") if part.strip())
+    for number, token in enumerate(tokens, start=1):
+        where = f"token {number} of {TOKEN_ENV}" if len(tokens) > 1 else TOKEN_ENV
+        if len(token) < MIN_TOKEN_CHARS:
+            raise ConfigError(f"{where} is shorter than {MIN_TOKEN_CHARS} characters; use a long random value")
+        if not token.isascii() or not token.isprintable() or " " in token:
+            raise ConfigError(f"{where} must be printable ASCII without spaces")
+    return tokens
+
+
+def load_gateway_settings(
+    env: Mapping[str, str] | None = None, *, unauthenticated: bool = False, settings: Settings | None = None
+) -> GatewaySettings:
+    """Parse the gateway's variables; ConfigError (one line) for a bad value or a missing token."""
+    env = os.environ if env is None else env
+    settings = settings or get_settings()
+    tokens = parse_tokens(env.get(TOKEN_ENV) or "")
+    if not tokens and not unauthenticated:
+        raise ConfigError(
+            f"set {TOKEN_ENV} to a long random token (e.g. `openssl rand -hex 32`), "
+            "or run `chatq serve --unauthenticated` on a loopback address"
+        )
+    return GatewaySettings(
+        tokens=() if unauthenticated else tokens,
+        max_body_bytes=_whole_number(env, MAX_BODY_ENV, largest_valid_body(settings), minimum=1024),
+        heartbeat=_positive_number(env, HEARTBEAT_ENV, 15.0, minimum=0.1, maximum=300.0),
+        unauthenticated=unauthenticated,
+    )

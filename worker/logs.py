@@ -1,0 +1,94 @@
+"""Logging: JSON lines when not on a terminal, turn context on every line, secrets masked.
+
+`CHATQ_LOG_FORMAT` = `auto` (default: JSON unless stderr is a terminal), `json` or `text`.
+Every record gets the `turn_id`, `session_id` and `attempt` of the turn the thread is running
+(a context variable set by the runner), and any URL password in the rendered line is masked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from worker.config import mask_secrets
+
+_turn: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("chatq_turn", default=None)
+
+
+@contextlib.contextmanager
+def turn_context(*, turn_id: object, session_id: object, attempt: int | None = None) -> Iterator[None]:
+    """Tag every log record of this thread with the turn it is running."""
+    token = _turn.set({"turn_id": str(turn_id), "session_id": str(session_id), "attempt": attempt})
+    try:
+        yield
+    finally:
+        _turn.reset(token)
+
+
+def set_attempt(attempt: int) -> None:
+    """Record the attempt number once the claim is known."""
+    current = _turn.get()
+    if current is not None:
+        current["attempt"] = attempt
+
+
+class TurnContextFilter(logging.Filter):
+    """Adds turn_id/session_id/attempt to records and masks secrets in the message."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        context = _turn.get() or {}
+        for key in ("turn_id", "session_id", "attempt"):
+            if not hasattr(record, key):
+                setattr(record, key, context.get(key))
+        rendered = record.getMessage()
+        masked = mask_secrets(rendered)
+        if masked != rendered:
+            record.msg, record.args = masked, None
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line, for log shippers."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        payload: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "process": record.process,
+            "thread": record.threadName,
+        }
+        for key in ("turn_id", "session_id", "attempt", "task_id", "task_name"):
+            value = getattr(record, key, None)
+            if value not in (None, "", "???"):
+                payload[key] = value
+        if record.exc_info:
+            payload["exception"] = mask_secrets(self.formatException(record.exc_info))
+        return json.dumps(payload, default=str, ensure_ascii=False)
+
+
+def use_json(stream: Any = None) -> bool:
+    """Whether log lines should be JSON under `CHATQ_LOG_FORMAT`."""
+    choice = os.environ.get("CHATQ_LOG_FORMAT", "auto").strip().lower()
+    if choice in ("json", "text"):
+        return choice == "json"
+    stream = stream or sys.stderr
+    return not (hasattr(stream, "isatty") and stream.isatty())
+
+
+def configure_handlers(logger: logging.Logger) -> None:
+    """Install chatq's filter (and the JSON formatter when wanted) on a logger's handlers."""
+    json_lines = use_json()
+    for handler in logger.handlers:
+        if not any(isinstance(f, TurnContextFilter) for f in handler.filters):
+            handler.addFilter(TurnContextFilter())
+        if json_lines:
+            handler.setFormatter(JsonFormatter())

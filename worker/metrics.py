@@ -1,0 +1,94 @@
+"""Prometheus metrics Flower cannot know: turn outcomes, latencies, tokens, retries, the sweeper, queues.
+
+A worker serves them on `CHATQ_METRICS_PORT` (off when unset) at `/metrics`. The worker runs
+turns on threads in one process, so plain process-local metrics are exact; with `--pool prefork`
+each child would count alone, which is one more reason chatq defaults to threads.
+
+| metric | type | labels | meaning |
+|---|---|---|---|
+| chatq_turns_total | counter | status | turns that ended: succeeded, failed, cancelled |
+| chatq_turn_retries_total | counter | | handler invocations retried after AgentInvocationError |
+| chatq_turn_duration_seconds | histogram | framework | claim to stored reply, per attempt that succeeded |
+| chatq_time_to_first_token_seconds | histogram | framework | claim to the first streamed text |
+| chatq_tokens_total | counter | model, kind | prompt and completion tokens of succeeded turns |
+| chatq_turns_in_flight | gauge | | turns this worker is running now |
+| chatq_sweeper_actions_total | counter | action | resent (lost messages) and expired_lease (dead workers) |
+| chatq_queue_depth | gauge | queue | messages waiting in Redis per queue, read at scrape time |
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+_LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
+
+TURNS = Counter("chatq_turns_total", "Turns that ended, by final status.", ["status"])
+RETRIES = Counter("chatq_turn_retries_total", "Handler invocations retried after AgentInvocationError.")
+TURN_SECONDS = Histogram(
+    "chatq_turn_duration_seconds",
+    "Claim to stored reply of a succeeded attempt.",
+    ["framework"],
+    buckets=_LATENCY_BUCKETS,
+)
+FIRST_TOKEN_SECONDS = Histogram(
+    "chatq_time_to_first_token_seconds", "Claim to the first streamed text.", ["framework"], buckets=_LATENCY_BUCKETS
+)
+TOKENS = Counter("chatq_tokens_total", "Tokens of succeeded turns.", ["model", "kind"])
+IN_FLIGHT = Gauge("chatq_turns_in_flight", "Turns this worker is running now.")
+SWEEPER = Counter("chatq_sweeper_actions_total", "Sweeper actions.", ["action"])
+
+
+class QueueDepthCollector(Collector):
+    """Reads the Redis queue lengths when Prometheus scrapes (nothing runs in between)."""
+
+    def __init__(self, queues: tuple[str, ...] = ("chatq", "chatq.batch")) -> None:
+        self.queues = queues
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("chatq_queue_depth", "Messages waiting in Redis per queue.", labels=["queue"])
+        try:
+            from worker.events import get_redis
+
+            client = get_redis()
+            pipe = client.pipeline(transaction=False)
+            for queue in self.queues:
+                pipe.llen(queue)
+            for queue, depth in zip(self.queues, pipe.execute(), strict=True):
+                family.add_metric([queue], float(depth))
+        except Exception as exc:  # a scrape must not fail because Redis blinked
+            log.debug("queue depth unavailable: %s", exc)
+        yield family
+
+
+_started: dict[str, Any] = {}
+_lock = threading.Lock()
+
+
+def serve_metrics(port: int | None = None, addr: str = "0.0.0.0") -> int | None:
+    """Start the /metrics endpoint once per process (CHATQ_METRICS_PORT); returns the port or None."""
+    if port is None:
+        raw = os.environ.get("CHATQ_METRICS_PORT", "").strip()
+        if not raw:
+            return None
+        port = int(raw)
+    with _lock:
+        if _started.get("pid") == os.getpid():
+            return int(_started["port"])
+        if "collector" not in _started:
+            collector = QueueDepthCollector()
+            REGISTRY.register(collector)
+            _started["collector"] = collector
+        start_http_server(port, addr=addr)
+        _started.update(pid=os.getpid(), port=port)
+    log.info("metrics on http://%s:%d/metrics", addr, port)
+    return port

@@ -1,0 +1,52 @@
+"""Celery signal handlers: logging set-up, adapter preloading, metrics, hand-back on shutdown.
+
+Imported by `worker.app`, so they are connected before the worker sets up logging.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery.signals import after_setup_logger, after_setup_task_logger, worker_init, worker_shutting_down
+
+from worker.leases import begin_hand_back
+from worker.logs import configure_handlers
+
+log = logging.getLogger(__name__)
+
+
+@after_setup_logger.connect
+def _setup_logging(logger: logging.Logger, **_: Any) -> None:
+    configure_handlers(logger)
+
+
+@after_setup_task_logger.connect
+def _setup_task_logging(logger: logging.Logger, **_: Any) -> None:
+    configure_handlers(logger)
+
+
+@worker_init.connect
+def _on_worker_init(**_: Any) -> None:
+    """Import the agent adapters once at start (the first turn would pay seconds of imports) and
+    start the metrics endpoint if CHATQ_METRICS_PORT is set."""
+    from handlers import framework_names, load_handler_class
+    from worker.metrics import serve_metrics
+
+    for framework in framework_names():
+        try:
+            load_handler_class(framework)
+        except Exception as exc:  # a broken adapter fails its own turns, not the worker
+            log.warning("could not preload the %s handler: %s", framework, exc)
+    serve_metrics()
+
+
+@worker_shutting_down.connect
+def _hand_back_on_shutdown(sig: str | None = None, how: str | None = None, **_: Any) -> None:
+    """On SIGTERM/SIGINT/SIGQUIT, running turns go back to the queue at their next chunk.
+
+    A rolling deploy then waits for no turn to finish and loses none: each interrupted turn is
+    requeued in Postgres and sent again at once, and the next worker starts it over.
+    """
+    log.info("worker shutting down (%s, %s): handing running turns back", how, sig)
+    begin_hand_back()
