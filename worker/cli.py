@@ -235,8 +235,20 @@ def cmd_beat(args: argparse.Namespace, extra: list[str]) -> int:
     _exec_celery(["beat", "--schedule", str(schedule), "--loglevel", "INFO", *extra])
 
 
+def one_line(text: str) -> str:
+    """Escape anything that would break a line or the terminal (user input can hold both)."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with chatq's error style: one line on stderr, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"chatq: error: {one_line(message)} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="chatq", description="AI-agent chat turns as background jobs.")
+    parser = Parser(prog="chatq", description="AI-agent chat turns as background jobs.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     db = sub.add_parser("db", help="database schema")
@@ -331,7 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return PASSTHROUGH[arguments[0]](argparse.Namespace(), arguments[1:])
         except ChatqError as exc:
-            print(f"chatq: error: {_explain(exc)}", file=sys.stderr)
+            print(f"chatq: error: {one_line(_explain(exc))}", file=sys.stderr)
             return EXIT_FAILED
     args = build_parser().parse_args(arguments)
     try:
@@ -342,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return EXIT_OK
     except Exception as exc:
-        print(f"chatq: error: {_explain(exc)}", file=sys.stderr)
+        print(f"chatq: error: {one_line(_explain(exc))}", file=sys.stderr)
         return EXIT_FAILED
 
 

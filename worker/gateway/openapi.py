@@ -1,0 +1,223 @@
+"""The parts of the OpenAPI document shared by every endpoint; the paths come from the endpoints' docstrings.
+
+Each endpoint's docstring ends in `---` and a YAML operation object; Starlette's SchemaGenerator
+collects them into `GET /openapi.json`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+EVENT_EXAMPLE = (
+    'id: 7\ndata: {"v":1,"type":"text","session_id":"...","turn_id":"...","attempt":1,"seq":7,'
+    '"ts":1764450000.123,"text":"next chunk"}\n\n'
+)
+
+BASE_SCHEMA: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {
+        "title": "chatq gateway",
+        "version": "1",
+        "description": (
+            "The chatq producer API over HTTP and its stream events as Server-Sent Events. "
+            "Every request except `GET /`, `GET /healthz` and `GET /openapi.json` needs "
+            "`Authorization: Bearer <CHATQ_API_TOKEN>`; the two event streams also accept "
+            "`?access_token=` because a browser's EventSource cannot send headers. "
+            'Errors are JSON objects `{"error": "one clear line"}`.'
+        ),
+    },
+    "security": [{"bearer": []}],
+    "components": {
+        "securitySchemes": {
+            "bearer": {"type": "http", "scheme": "bearer", "description": "CHATQ_API_TOKEN"},
+            "accessToken": {
+                "type": "apiKey",
+                "in": "query",
+                "name": "access_token",
+                "description": "The same token as a query parameter; accepted on the GET event streams only.",
+            },
+        },
+        "parameters": {
+            "SessionId": {
+                "name": "session_id",
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string", "format": "uuid"},
+            },
+            "TurnId": {
+                "name": "turn_id",
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string", "format": "uuid"},
+            },
+            "LastEventIdHeader": {
+                "name": "Last-Event-ID",
+                "in": "header",
+                "required": False,
+                "description": "Resume after this event (EventSource sends it when it reconnects).",
+                "schema": {"type": "string"},
+            },
+            "LastEventIdQuery": {
+                "name": "last_event_id",
+                "in": "query",
+                "required": False,
+                "description": "Same as the Last-Event-ID header, for clients that cannot set it; the header wins.",
+                "schema": {"type": "string"},
+            },
+            "AccessToken": {
+                "name": "access_token",
+                "in": "query",
+                "required": False,
+                "description": "The bearer token, for EventSource (which cannot send headers).",
+                "schema": {"type": "string"},
+            },
+        },
+        "responses": {
+            "Error401": {
+                "description": "missing or wrong bearer token",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+            },
+            "Error404": {
+                "description": "no such session or turn",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+            },
+            "Error409": {
+                "description": "conflict (busy session with if_busy=reject, turn id reused, turn already finished)",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+            },
+            "Error413": {
+                "description": "request body over CHATQ_API_MAX_BODY_BYTES",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+            },
+            "Error415": {
+                "description": "the body is not sent as application/json",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+            },
+            "Error422": {
+                "description": "invalid input; `error` says what is wrong in one line",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+            },
+            "Error503": {
+                "description": "Postgres or Redis is not reachable",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+            },
+            "EventStream": {
+                "description": (
+                    "Server-Sent Events. Each message's `data:` is one stream event (SPEC.md, Stream events); "
+                    "comment lines (`: keepalive`) come every CHATQ_SSE_HEARTBEAT seconds on an idle stream."
+                ),
+                "content": {"text/event-stream": {"schema": {"type": "string"}, "example": EVENT_EXAMPLE}},
+            },
+        },
+        "schemas": {
+            "Error": {
+                "type": "object",
+                "required": ["error"],
+                "properties": {"error": {"type": "string", "description": "one user-visible line"}},
+            },
+            "NewSession": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "framework": {"type": "string", "enum": ["langgraph", "none"], "default": "langgraph"},
+                    "model": {"type": ["string", "null"], "description": "default: CHATQ_MODEL"},
+                    "system_prompt": {"type": ["string", "null"]},
+                    "metadata": {"type": ["object", "null"]},
+                },
+            },
+            "Session": {
+                "type": "object",
+                "required": ["session_id"],
+                "properties": {
+                    "session_id": {"type": "string", "format": "uuid"},
+                    "links": {"type": "object", "additionalProperties": {"type": "string"}},
+                },
+            },
+            "NewTurn": {
+                "type": "object",
+                "required": ["content"],
+                "additionalProperties": False,
+                "properties": {
+                    "content": {
+                        "type": "string",
+                        "description": "the user's message (at most CHATQ_MAX_CONTENT_CHARS)",
+                    },
+                    "images": {
+                        "type": ["array", "null"],
+                        "items": {"type": "string", "description": "https://... or data:image/...;base64,..."},
+                    },
+                    "reply_to": {"type": ["integer", "null"], "description": "answer this earlier user message"},
+                    "turn_id": {
+                        "type": ["string", "null"],
+                        "format": "uuid",
+                        "description": "idempotency key: the same id with the same content returns the existing turn",
+                    },
+                    "if_busy": {
+                        "type": "string",
+                        "enum": ["enqueue", "reject", "interrupt"],
+                        "default": "enqueue",
+                        "description": "when the session has unfinished turns: queue behind them, refuse (409), "
+                        "or cancel them",
+                    },
+                },
+            },
+            "SubmittedTurn": {
+                "type": "object",
+                "required": ["turn_id", "session_id", "position", "created", "sent", "cancelled"],
+                "properties": {
+                    "turn_id": {"type": "string", "format": "uuid"},
+                    "session_id": {"type": "string", "format": "uuid"},
+                    "position": {"type": "integer"},
+                    "created": {"type": "boolean", "description": "false for an idempotent resubmission"},
+                    "sent": {"type": "boolean", "description": "false if Redis was down (the sweeper sends it later)"},
+                    "cancelled": {"type": "array", "items": {"type": "string", "format": "uuid"}},
+                    "links": {"type": "object", "additionalProperties": {"type": "string"}},
+                },
+            },
+            "Usage": {
+                "type": "object",
+                "properties": {
+                    "prompt_tokens": {"type": "integer"},
+                    "completion_tokens": {"type": "integer"},
+                    "total_tokens": {"type": "integer"},
+                },
+            },
+            "Message": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "integer"},
+                    "role": {"type": "string", "enum": ["user", "assistant", "tool"]},
+                    "content": {"type": "string"},
+                    "tool_calls": {"type": ["array", "null"], "items": {"type": "object"}},
+                    "tool_call_id": {"type": ["string", "null"]},
+                    "images": {"type": ["array", "null"], "items": {"type": "string"}},
+                    "position": {"type": "integer"},
+                },
+            },
+            "Turn": {
+                "type": "object",
+                "description": "The turn as `chatq show --json` prints it.",
+                "properties": {
+                    "id": {"type": "string", "format": "uuid"},
+                    "session_id": {"type": "string", "format": "uuid"},
+                    "position": {"type": "integer"},
+                    "status": {"type": "string", "enum": ["queued", "running", "succeeded", "failed", "cancelled"]},
+                    "attempts": {"type": "integer"},
+                    "error": {"type": ["string", "null"]},
+                    "usage": {"$ref": "#/components/schemas/Usage"},
+                    "created_at": {"type": ["string", "null"], "format": "date-time"},
+                    "started_at": {"type": ["string", "null"], "format": "date-time"},
+                    "finished_at": {"type": ["string", "null"], "format": "date-time"},
+                    "messages": {"type": "array", "items": {"$ref": "#/components/schemas/Message"}},
+                },
+            },
+            "Cancelled": {
+                "type": "object",
+                "properties": {
+                    "turn_id": {"type": "string", "format": "uuid"},
+                    "status": {"type": "string", "description": "cancelled, or running while the worker stops it"},
+                },
+            },
+        },
+    },
+}

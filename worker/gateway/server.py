@@ -1,0 +1,71 @@
+"""Running the gateway under uvicorn, with its start-up checks and a token-free access log."""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+
+import uvicorn
+
+from worker.config import get_settings
+from worker.errors import ConfigError
+from worker.gateway.app import create_app
+from worker.gateway.auth import is_loopback
+from worker.gateway.config import load_gateway_settings
+
+GRACEFUL_SHUTDOWN_SECONDS = 3
+"""Event streams never end by themselves: on shutdown they are cut after this; clients resume with Last-Event-ID."""
+
+_QUERY_TOKEN = re.compile(r"(?i)([?&]access_token=)[^&\s]*")
+
+
+def redact_query_token(text: str) -> str:
+    """Replace the value of any `access_token=` query parameter."""
+    return _QUERY_TOKEN.sub(r"\1***", text)
+
+
+class RedactTokens(logging.Filter):
+    """Keeps `?access_token=` values out of uvicorn's access log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact_query_token(a) if isinstance(a, str) else a for a in record.args)
+        elif isinstance(record.msg, str):
+            record.msg = redact_query_token(record.msg)
+        return True
+
+
+def serve(
+    *,
+    host: str,
+    port: int,
+    unauthenticated: bool,
+    log_level: str = "info",
+    forwarded_allow_ips: str | None = None,
+) -> int:
+    """Check the configuration, then serve until interrupted. ConfigError (one line) for a bad set-up."""
+    if unauthenticated and not is_loopback(host):
+        raise ConfigError(
+            f"--unauthenticated serves anyone who can connect, so it only listens on loopback; got --host {host}"
+        )
+    if not 0 < port < 65536:
+        raise ConfigError(f"--port must be between 1 and 65535, got {port}")
+    get_settings()
+    settings = load_gateway_settings(unauthenticated=unauthenticated)
+    config = uvicorn.Config(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level=log_level,
+        forwarded_allow_ips=forwarded_allow_ips,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        server_header=False,
+    )
+    logging.getLogger("uvicorn.access").addFilter(RedactTokens())
+    mode = "WITHOUT authentication (loopback only)" if unauthenticated else "bearer token required"
+    shown = f"[{host}]" if ":" in host else host
+    sys.stderr.write(f"chatq gateway: http://{shown}:{port}/ ({mode}); API at /openapi.json\n")
+    sys.stderr.flush()
+    uvicorn.Server(config).run()
+    return 0
