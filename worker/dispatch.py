@@ -2,18 +2,50 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kombu.exceptions import OperationalError as KombuOperationalError
 from redis import RedisError
 
 from worker.config import mask_secrets
+from worker.events import get_redis
 from worker.payload import TASK_NAME, redacted_kwargs
 
 log = logging.getLogger(__name__)
+
+
+SENT_MARKER_TTL = 24 * 3600
+
+
+def sent_marker(turn_id: object) -> str:
+    """Redis key that exists while a turn's message waits in the queue.
+
+    It lives in the broker's own Redis, so it disappears exactly when the message would (a flush or
+    a restart of a Redis that keeps nothing on disk): the sweeper reads "no marker" as "message lost".
+    """
+    return f"chatq:sent:{turn_id}"
+
+
+def mark_taken(turn_id: object) -> None:
+    """A worker took the turn's message off the queue (best effort)."""
+    with contextlib.suppress(RedisError):
+        get_redis().delete(sent_marker(turn_id))
+
+
+def in_queue(turn_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+    """Which of these turns still have a message waiting in Redis (as far as the markers tell)."""
+    try:
+        pipe = get_redis().pipeline(transaction=False)
+        for turn_id in turn_ids:
+            pipe.exists(sent_marker(turn_id))
+        found = pipe.execute()
+    except RedisError:
+        return set()
+    return {turn_id for turn_id, exists in zip(turn_ids, found, strict=True) if exists}
 
 
 def send_turn(message: Mapping[str, Any], *, queue: str, countdown: float | None = None) -> bool:
@@ -36,7 +68,6 @@ def send_turn(message: Mapping[str, Any], *, queue: str, countdown: float | None
             retry=True,
             retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 2},
         )
-        return True
     except (KombuOperationalError, RedisError, OSError) as exc:
         log.warning(
             "turn %s: could not send to queue %s (the sweeper will re-send it): %s",
@@ -45,6 +76,10 @@ def send_turn(message: Mapping[str, Any], *, queue: str, countdown: float | None
             mask_secrets(str(exc)),
         )
         return False
+    # Without the marker the sweeper may later send a harmless duplicate.
+    with contextlib.suppress(RedisError):
+        get_redis().set(sent_marker(message["turn_id"]), "1", ex=SENT_MARKER_TTL)
+    return True
 
 
 def kick_next(session_id: uuid.UUID) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from worker import turns
 from worker.config import get_settings
-from worker.dispatch import send_turn
+from worker.dispatch import in_queue, send_turn
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class SweepReport:
 def sweep_once() -> SweepReport:
     """One pass of the sweeper."""
     settings = get_settings()
-    resend, expired = turns.stale_turns(grace_seconds=settings.requeue_grace)
+    resend, expired = turns.stale_turns(grace_seconds=settings.requeue_grace, in_queue=in_queue)
     for turn in resend:
         message = {
             "turn_id": str(turn.turn_id),

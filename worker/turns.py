@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -379,11 +379,20 @@ def _next_turn(db: Session, turn: Turn) -> NextTurn:
     )
 
 
-def stale_turns(*, grace_seconds: float, limit: int = 500) -> tuple[list[NextTurn], list[uuid.UUID]]:
+def stale_turns(
+    *,
+    grace_seconds: float,
+    in_queue: Callable[[Sequence[uuid.UUID]], set[uuid.UUID]] | None = None,
+    patience: float = 10.0,
+    limit: int = 2000,
+) -> tuple[list[NextTurn], list[uuid.UUID]]:
     """For the sweeper: runnable queued turns not sent for `grace_seconds`, and turns whose lease expired.
 
-    Expired leases are released back to `queued` here (so the re-sent message can claim them), and
-    both kinds are marked as re-sent now, so overlapping sweeps do not send twice.
+    `in_queue` tells which queued turns still have their message waiting in Redis: those are only
+    slow (workers are busy), not lost, and are re-sent only after `patience` times the grace, so a
+    long backlog is not multiplied by every sweep. Expired leases are released back to `queued`
+    here (so the re-sent message can claim them), and everything returned is marked as sent now,
+    so overlapping sweeps do not send twice.
     """
     with session_scope() as db:
         now = db.execute(select(func.now())).scalar_one()
@@ -413,9 +422,15 @@ def stale_turns(*, grace_seconds: float, limit: int = 500) -> tuple[list[NextTur
             .scalars()
             .all()
         )
+        waiting = {t.id for t in rows if t.status is TurnStatus.QUEUED}
+        queued_in_redis = in_queue(list(waiting)) if in_queue and waiting else set()
+        # Floor: a tiny grace (tests, impatient operators) must still not re-send a backlog every sweep.
+        patience_cutoff = now - timedelta(seconds=max(grace_seconds * patience, 30.0))
         resend: list[NextTurn] = []
         expired: list[uuid.UUID] = []
         for turn in rows:
+            if turn.id in queued_in_redis and turn.enqueued_at is not None and turn.enqueued_at > patience_cutoff:
+                continue
             if turn.status is TurnStatus.RUNNING:
                 expired.append(turn.id)
                 turn.status = TurnStatus.QUEUED

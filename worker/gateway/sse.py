@@ -351,23 +351,24 @@ async def session_events(
             event = parse_event(raw)
             if event is None:
                 continue
-            turn_id, seq = event.get("turn_id"), event_seq(event)
-            position = positions.get(turn_id) if isinstance(turn_id, str) else None
-            if position is None and isinstance(turn_id, str):
+            live_turn, seq = event.get("turn_id"), event_seq(event)
+            live_position = positions.get(live_turn) if isinstance(live_turn, str) else None
+            if live_position is None and isinstance(live_turn, str):
                 announced = event.get("position")
                 valid = isinstance(announced, int) and not isinstance(announced, bool)
-                position = announced if valid else await position_of(turn_id)
-                if position is not None:
-                    positions[turn_id] = position
-            if position is None or seq is None or turn_id is None:
+                live_position = announced if valid else await position_of(live_turn)
+                if live_position is not None:
+                    positions[live_turn] = live_position
+            if live_position is None or seq is None or not isinstance(live_turn, str):
                 # Not an event of a known turn: pass it on, without moving the cursor.
                 yield encode_frame(str(raw))
                 last_write = time.monotonic()
                 continue
+            position = live_position
             if not cursor.wants(position, seq):
                 continue
             if seq > cursor.last_seq(position) + 1:
-                async for frame in _catch_up(client, str(turn_id), position, cursor, before=seq):
+                async for frame in _catch_up(client, live_turn, position, cursor, before=seq):
                     yield frame
                 if not cursor.wants(position, seq):
                     continue
