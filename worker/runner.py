@@ -13,6 +13,9 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from redis import RedisError
+from sqlalchemy.exc import DBAPIError
+
 from handlers.base import AgentMessage, StreamEvent, StreamEventKind, Usage
 from handlers.errors import AgentInvocationError, HandlerError, UnknownFramework
 from models.tables import TurnStatus
@@ -149,6 +152,13 @@ def _run_claimed(claim: turns.Claim) -> Result:
         return handle_agent_failure(claim, events, exc)
     except (UnknownFramework, InvalidTurn, HandlerError) as exc:
         return fail(claim, events, exc.message)
+    except (DBAPIError, RedisError):
+        raise  # infrastructure: the task retries the delivery
+    except Exception:
+        # A handler broke its contract (it must raise AgentInvocationError): fail the turn now
+        # rather than leave it running until its lease runs out, and keep the traceback in the log.
+        log.exception("turn %s session %s: the handler raised an unexpected error", claim.turn_id, claim.session.id)
+        return fail(claim, events, "the agent failed unexpectedly (internal error)")
     finally:
         keeper.unregister(lease)
     if not turns.complete_turn(claim, messages, usage):
