@@ -37,6 +37,7 @@ format: install
 	$(VENV)/bin/ruff check --fix .
 
 test: services lint
+	scripts/browser.sh
 	$(WITH_ENV) $(PY) -m pytest
 
 test-unit: services

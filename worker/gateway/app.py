@@ -17,6 +17,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
+import anyio
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
@@ -49,6 +50,7 @@ from worker.gateway.config import GatewaySettings
 from worker.gateway.openapi import BASE_SCHEMA
 from worker.gateway.sse import (
     FINISHED_STATUSES,
+    RETRY_MS,
     EventStreamResponse,
     SessionCursor,
     encode_frame,
@@ -89,6 +91,13 @@ class Gateway:
         self.settings = settings
         self._redis: aioredis.Redis | None = None
         self.page, self.page_csp = load_page()
+        self.closing: anyio.Event | None = None
+        """Set when the server shuts down: event streams end cleanly (created at start-up)."""
+
+    def begin_shutdown(self) -> None:
+        """End every open event stream (call on the event loop)."""
+        if self.closing is not None:
+            self.closing.set()
 
     def redis(self) -> aioredis.Redis:
         """The app's async Redis client (created on first use; blocking reads stay under its socket timeout)."""
@@ -468,14 +477,15 @@ async def stream_turn(request: Request) -> Response:
     if newest:
         event = parse_event(newest[0][1].get("event"))
         seq = event_seq(event) if event else None
-        if event and is_terminal(event) and seq is not None and raw_after is not None and seq <= after:
-            return Response(status_code=204)
+        if event and is_terminal(event) and seq is not None and raw_after is not None and seq == after:
+            return Response(status_code=204)  # the client has the terminal event: EventSource stops
     else:
         if not await threaded(store.turn_exists, turn_id):
             raise HTTPException(404, f"no such turn: {turn_id}")
         report = await threaded(turn_report, turn_id)
         if report["status"] in FINISHED_STATUSES:
-            return EventStreamResponse(_single(json.dumps(terminal_from_report(report), separators=(",", ":"))))
+            frame = json.dumps(terminal_from_report(report), separators=(",", ":"))
+            return EventStreamResponse(_single(frame), closing=gateway.closing)
 
     async def load_report() -> dict[str, Any] | None:
         try:
@@ -486,11 +496,11 @@ async def stream_turn(request: Request) -> Response:
     frames = turn_events(
         client, str(turn_id), after=after, heartbeat=gateway.settings.heartbeat, load_report=load_report
     )
-    return EventStreamResponse(frames)
+    return EventStreamResponse(frames, closing=gateway.closing)
 
 
 async def _single(data: str) -> AsyncGenerator[bytes, None]:
-    yield encode_retry(1000)
+    yield encode_retry(RETRY_MS)
     yield encode_frame(data)
 
 
@@ -556,7 +566,7 @@ async def stream_session(request: Request) -> Response:
         turns_from=turns_from,
         position_of=position_of,
     )
-    return EventStreamResponse(frames)
+    return EventStreamResponse(frames, closing=gateway.closing)
 
 
 # ------------------------------------------------------------------------------ errors, the app
@@ -612,9 +622,11 @@ def create_app(settings: GatewaySettings) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        gateway.closing = anyio.Event()
         try:
             yield
         finally:
+            gateway.begin_shutdown()
             await gateway.close()
 
     routes = [

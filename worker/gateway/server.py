@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
 import sys
 
 import uvicorn
 
 from worker.config import get_settings
 from worker.errors import ConfigError
-from worker.gateway.app import create_app
+from worker.gateway.app import Gateway, create_app
 from worker.gateway.auth import is_loopback
 from worker.gateway.config import load_gateway_settings
 
-GRACEFUL_SHUTDOWN_SECONDS = 3
-"""Event streams never end by themselves: on shutdown they are cut after this; clients resume with Last-Event-ID."""
+GRACEFUL_SHUTDOWN_SECONDS = 5
+"""How long shutdown waits for requests in flight (event streams are ended at once, cleanly)."""
 
 _QUERY_TOKEN = re.compile(r"(?i)([?&]access_token=)[^&\s]*")
 
@@ -36,6 +37,22 @@ class RedactTokens(logging.Filter):
         return True
 
 
+class GatewayServer(uvicorn.Server):
+    """uvicorn's server, ending the gateway's event streams as soon as shutdown begins.
+
+    Event streams never end by themselves; without this, shutdown would wait out its timeout and
+    then cut them mid-response. Clients reconnect with Last-Event-ID and lose nothing either way.
+    """
+
+    def __init__(self, config: uvicorn.Config, gateway: Gateway) -> None:
+        super().__init__(config)
+        self.gateway = gateway
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.gateway.begin_shutdown()
+        await super().shutdown(sockets=sockets)
+
+
 def serve(
     *,
     host: str,
@@ -53,8 +70,9 @@ def serve(
         raise ConfigError(f"--port must be between 1 and 65535, got {port}")
     get_settings()
     settings = load_gateway_settings(unauthenticated=unauthenticated)
+    app = create_app(settings)
     config = uvicorn.Config(
-        create_app(settings),
+        app,
         host=host,
         port=port,
         log_level=log_level,
@@ -67,5 +85,5 @@ def serve(
     shown = f"[{host}]" if ":" in host else host
     sys.stderr.write(f"chatq gateway: http://{shown}:{port}/ ({mode}); API at /openapi.json\n")
     sys.stderr.flush()
-    uvicorn.Server(config).run()
+    GatewayServer(config, app.state.gateway).run()
     return 0

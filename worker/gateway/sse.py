@@ -213,6 +213,10 @@ async def turn_events(
                 seq = event_seq(event)
                 if not event or (seq is not None and seq <= after):
                     if event and is_terminal(event):
+                        if seq is not None and seq < after:
+                            # Numbered below what the client saw: Redis lost the stream mid-turn and
+                            # numbering restarted. The end still counts: send it, without an id.
+                            yield encode_frame(raw)
                         return
                     continue
                 yield encode_frame(raw, event_id=None if seq is None else str(seq))
@@ -410,40 +414,56 @@ class EventStreamResponse(Response):
 
     A task watches for the client going away and cancels the generator at once (instead of at
     its next write, which may be a heartbeat away), so its Redis connection is freed promptly.
-    An error inside the generator ends the stream (it is logged): the client reconnects with
-    `Last-Event-ID` and resumes where it was.
+    When `closing` is set (the server is shutting down) the stream ends cleanly, so clients
+    reconnect at once (to another instance) instead of seeing a cut connection. An error inside
+    the generator ends the stream too (it is logged): the client reconnects with `Last-Event-ID`
+    and resumes where it was.
     """
 
     media_type = "text/event-stream"
 
-    def __init__(self, frames: AsyncGenerator[bytes, None], *, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        frames: AsyncGenerator[bytes, None],
+        *,
+        closing: anyio.Event | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.frames = frames
+        self.closing = closing
         self.status_code = 200
         self.background: BackgroundTask | None = None
         self.init_headers({**SSE_HEADERS, **(headers or {})})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        ended = False
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
             async with anyio.create_task_group() as group:
                 group.start_soon(self._watch_disconnect, receive, group.cancel_scope)
-                await self._pump(send)
+                if self.closing is not None:
+                    group.start_soon(self._watch_closing, self.closing, group.cancel_scope)
+                ended = await self._pump(send)
                 group.cancel_scope.cancel()
+            if not ended and self.closing is not None and self.closing.is_set():
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
             pass  # the client went away while we wrote
         finally:
             with anyio.CancelScope(shield=True):
                 await self.frames.aclose()
 
-    async def _pump(self, send: Send) -> None:
+    async def _pump(self, send: Send) -> bool:
+        """Send the frames; True once the response is complete."""
         try:
             async for frame in self.frames:
                 await send({"type": "http.response.body", "body": frame, "more_body": True})
         except OSError:
-            return
+            return True
         except Exception as exc:
             log.warning("event stream ended early: %s: %s", type(exc).__name__, mask_secrets(str(exc)))
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return True
 
     @staticmethod
     async def _watch_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
@@ -452,3 +472,8 @@ class EventStreamResponse(Response):
             if message["type"] == "http.disconnect":
                 scope.cancel()
                 return
+
+    @staticmethod
+    async def _watch_closing(closing: anyio.Event, scope: anyio.CancelScope) -> None:
+        await closing.wait()
+        scope.cancel()

@@ -48,7 +48,7 @@ def scrape(port: int) -> dict[str, float]:
 
 
 def test_metrics_show_a_finished_turns_tokens_and_latency(metrics_worker: tuple[WorkerProcess, int]) -> None:
-    process, port = metrics_worker
+    _process, port = metrics_worker
     before = scrape(port)
     assert before.get('chatq_queue_depth{queue="chatq"}') is not None
     session_id = create_session(framework="langgraph", model=STUB_MODEL)
