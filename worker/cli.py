@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from worker.errors import ChatqError
 
-COMMAND_MODULES: tuple[str, ...] = ("worker.batch_cli", "worker.gateway.command", "worker.kb_cli")
+COMMAND_MODULES: tuple[str, ...] = ("worker.batch_cli", "worker.gateway.command")
 """Modules with a `register(subparsers)` function that add more `chatq` subcommands."""
 
 EXIT_OK = 0
