@@ -6,6 +6,7 @@ can decide on a Celery retry, and it can be called and tested without a worker.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import time
@@ -95,10 +96,10 @@ def _execute(request: TurnRequest, *, queue: str, worker: str) -> Result:
     if status in (turns.ClaimStatus.POISONED, turns.ClaimStatus.CANCELLED):
         terminal = EventType.ERROR if status is turns.ClaimStatus.POISONED else EventType.CANCELLED
         events = TurnEvents.resume(session_id=request.session_id, turn_id=request.turn_id)
-        fields = (
-            {"error": "the turn was abandoned after repeated worker failures"} if terminal is EventType.ERROR else {}
-        )
-        events.publish(terminal, 0, **fields)
+        fields = {"error": claimed.error} if terminal is EventType.ERROR else {}
+        if terminal is EventType.ERROR:
+            metrics.TURNS.labels("failed").inc()
+        events.publish(terminal, claimed.attempt, **fields)
         log.warning("turn %s session %s: ended %s at claim", request.turn_id, request.session_id, status.value)
         kick_next(request.session_id)
         return Result(outcome=Outcome.FAILED if terminal is EventType.ERROR else Outcome.CANCELLED)
@@ -121,6 +122,10 @@ def run_claimed(claim: turns.Claim) -> Result:
 def _run_claimed(claim: turns.Claim) -> Result:
     started = time.monotonic()
     events = TurnEvents.resume(session_id=claim.session.id, turn_id=claim.turn_id)
+    if claim.deliveries > 1:
+        # The previous delivery ended without a clean hand-back (its worker died or lost its
+        # lease) after publishing partial text: tell consumers to drop it, as for any retry.
+        events.publish(EventType.RETRY, claim.attempt - 1, error="the previous worker stopped; starting over")
     events.publish(EventType.STARTED, claim.attempt)
     log.info(
         "turn %s session %s: attempt %d started (framework %s, model %s)",
@@ -153,7 +158,12 @@ def _run_claimed(claim: turns.Claim) -> Result:
     except (UnknownFramework, InvalidTurn, HandlerError) as exc:
         return fail(claim, events, exc.message)
     except (DBAPIError, RedisError):
-        raise  # infrastructure: the task retries the delivery
+        # Infrastructure: give the turn back if the database lets us (else its lease runs out),
+        # and let the task retry the delivery.
+        with contextlib.suppress(Exception):
+            if turns.requeue_turn(claim, hand_back=True):
+                events.publish(EventType.RETRY, claim.attempt, error="a service restarted; starting over")
+        raise
     except Exception:
         # A handler broke its contract (it must raise AgentInvocationError): fail the turn now
         # rather than leave it running until its lease runs out, and keep the traceback in the log.

@@ -8,7 +8,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery.signals import after_setup_logger, after_setup_task_logger, worker_init, worker_shutting_down
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    task_received,
+    worker_init,
+    worker_shutting_down,
+)
 
 from worker.leases import begin_hand_back
 from worker.logs import configure_handlers
@@ -50,3 +56,14 @@ def _hand_back_on_shutdown(sig: str | None = None, how: str | None = None, **_: 
     """
     log.info("worker shutting down (%s, %s): handing running turns back", how, sig)
     begin_hand_back()
+
+
+@task_received.connect
+def _message_taken(request: Any = None, **_: Any) -> None:
+    """The message left the queue: drop its sent-marker now, not when the task starts, so a worker
+    that dies with messages reserved leaves them to the sweeper's grace period, not its patience."""
+    from worker.dispatch import mark_taken
+
+    task_id = getattr(request, "id", None)
+    if task_id and getattr(request, "name", None) == "chatq.run_turn":
+        mark_taken(task_id)

@@ -32,9 +32,27 @@ class SweepReport:
         return {"resent": self.resent, "expired_leases": self.expired_leases}
 
 
+def declare_queues() -> None:
+    """Declare chatq's queues again (cheap and idempotent).
+
+    A Redis that lost its data (FLUSHDB, a restart without persistence) also lost kombu's queue
+    bindings, and producers that declared them before will not again: their messages would go
+    nowhere until someone declares the queues. Each sweep does, bounding that window.
+    """
+    from worker.app import app
+
+    with app.connection_for_write() as connection:
+        for queue in app.conf.task_queues:
+            queue(connection.default_channel).declare()
+
+
 def sweep_once() -> SweepReport:
     """One pass of the sweeper."""
     settings = get_settings()
+    try:
+        declare_queues()
+    except Exception as exc:
+        log.warning("could not declare the queues: %s", exc)
     resend, expired = turns.stale_turns(grace_seconds=settings.requeue_grace, in_queue=in_queue)
     for turn in resend:
         message = {

@@ -80,6 +80,10 @@ class ClaimResult:
     """Set when `status` is CLAIMED."""
     retry_after: float | None = None
     """For BUSY: seconds until the current lease runs out."""
+    error: str | None = None
+    """For POISONED: the error stored on the turn."""
+    attempt: int = 0
+    """For POISONED and CANCELLED: the turn's attempts so far."""
 
 
 def session_info(row: ChatSession) -> SessionInfo:
@@ -188,7 +192,9 @@ def claim_turn(turn_id: uuid.UUID, *, worker: str) -> ClaimResult:
         turn = db.execute(select(Turn).where(Turn.id == turn_id).with_for_update()).scalar_one()
         if turn.status not in (TurnStatus.QUEUED, TurnStatus.RUNNING):
             return ClaimResult(status=ClaimStatus.FINISHED)
-        now = db.execute(select(func.now())).scalar_one()
+        # The wall clock, not now() (the transaction's start): this transaction may have waited for
+        # the session lock while the previous turn finished, and started_at must not precede that.
+        now = db.execute(select(func.clock_timestamp())).scalar_one()
         if turn.status is TurnStatus.RUNNING and turn.lease_expires_at is not None and turn.lease_expires_at > now:
             return ClaimResult(status=ClaimStatus.BUSY, retry_after=(turn.lease_expires_at - now).total_seconds())
         earlier_active = db.execute(
@@ -207,7 +213,7 @@ def claim_turn(turn_id: uuid.UUID, *, worker: str) -> ClaimResult:
             turn.finished_at = now
             turn.lease_token = None
             turn.lease_expires_at = None
-            return ClaimResult(status=ClaimStatus.CANCELLED)
+            return ClaimResult(status=ClaimStatus.CANCELLED, attempt=turn.attempts)
         if turn.deliveries >= settings.max_deliveries:
             turn.status = TurnStatus.FAILED
             turn.error = (
@@ -217,7 +223,7 @@ def claim_turn(turn_id: uuid.UUID, *, worker: str) -> ClaimResult:
             turn.finished_at = now
             turn.lease_token = None
             turn.lease_expires_at = None
-            return ClaimResult(status=ClaimStatus.POISONED)
+            return ClaimResult(status=ClaimStatus.POISONED, error=turn.error, attempt=turn.attempts)
         user = db.execute(
             select(ChatMessage.content, ChatMessage.images).where(
                 ChatMessage.turn_id == turn_id, ChatMessage.role == "user"
@@ -267,7 +273,7 @@ def complete_turn(claim: Claim, messages: Sequence[AgentMessage], usage: Usage) 
                 error=None,
                 lease_token=None,
                 lease_expires_at=None,
-                finished_at=func.now(),
+                finished_at=func.clock_timestamp(),
             )
             .returning(Turn.id)
         ).scalar_one_or_none()
@@ -298,7 +304,9 @@ def finish_turn(claim: Claim, status: TurnStatus, error: str | None = None) -> b
         done = db.execute(
             update(Turn)
             .where(_owned(claim))
-            .values(status=status, error=error, lease_token=None, lease_expires_at=None, finished_at=func.now())
+            .values(
+                status=status, error=error, lease_token=None, lease_expires_at=None, finished_at=func.clock_timestamp()
+            )
             .returning(Turn.id)
         ).scalar_one_or_none()
         return done is not None

@@ -213,10 +213,6 @@ class Beat:
         """True while beat runs."""
         return self.process is not None and self.process.poll() is None
 
-    def sweeps_sent(self) -> int:
-        """How many sweeps beat has sent so far."""
-        return self.log().count("Sending due task chatq-sweep")
-
     def kill(self) -> None:
         """kill -9 beat's process group."""
         if self.process is None or self.process.poll() is not None:
@@ -291,7 +287,8 @@ def messages_by_turn(session_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, list[C
                 .order_by(ChatMessage.session_id, ChatMessage.position)
             ).scalars()
             for message in rows:
-                grouped.setdefault(message.turn_id, []).append(message)
+                if message.turn_id is not None:
+                    grouped.setdefault(message.turn_id, []).append(message)
         return grouped
 
     return read_db(query)
@@ -513,14 +510,16 @@ class RedisControl:
                 time.sleep(0.05)
         raise RuntimeError(f"Redis on port {self.port} could not be started: tried {self.start_commands}")
 
-    def restart(self) -> float:
-        """SHUTDOWN NOSAVE and start again with the documented command; returns the outage in seconds."""
+    def restart(self, *, down_for: float = 1.0) -> float:
+        """SHUTDOWN NOSAVE, stay down `down_for` seconds (a real restart is not instant), start again
+        with the documented command; returns the outage in seconds."""
         self._snapshot_others()
         started = time.monotonic()
         _run(["redis-cli", "-h", self.host, "-p", str(self.port), "shutdown", "nosave"], timeout=30)
         deadline = time.monotonic() + 10
         while self._port_open() and time.monotonic() < deadline:
             time.sleep(0.02)
+        time.sleep(down_for)
         self._start()
         outage = time.monotonic() - started
         self._restore_others()

@@ -30,11 +30,16 @@ def _counts(session_id: uuid.UUID) -> tuple[int, int]:
     return int(turns), int(messages)
 
 
+def _ran_after(later: Turn, earlier: Turn) -> bool:
+    """`later` started only once `earlier` had finished."""
+    return later.started_at is not None and earlier.finished_at is not None and later.started_at >= earlier.finished_at
+
+
 @pytest.mark.timeout(60)
 def test_a_queued_turn_cancelled_never_runs_and_the_session_moves_on(workers: Workers, redis_url: str) -> None:
     workers.one()
     session_id = create_session(framework="langgraph", model=STUB_MODEL)
-    ahead = submit_turn(session_id, f"first, slowly [words: 20] [slow: 0.1]")
+    ahead = submit_turn(session_id, "first, slowly [words: 20] [slow: 0.1]")
     queued = submit_turn(session_id, "never mind this one")
     wait_status(ahead.turn_id, "running", timeout=20)
 
@@ -47,16 +52,14 @@ def test_a_queued_turn_cancelled_never_runs_and_the_session_moves_on(workers: Wo
     assert rows[queued.turn_id].status.value == "cancelled"
     assert rows[later.turn_id].status.value == "succeeded", rows[later.turn_id].error
     assert rows[queued.turn_id].started_at is None and rows[queued.turn_id].attempts == 0
-    assert rows[later.turn_id].started_at >= rows[ahead.turn_id].finished_at
+    assert _ran_after(rows[later.turn_id], rows[ahead.turn_id])
     assert event_types(redis_url, queued.turn_id) == ["queued", "cancelled"]
     assert [m.role for m in turn_messages(queued.turn_id)] == ["user"]
     assert [m.role for m in turn_messages(later.turn_id)] == ["user", "assistant"]
 
 
 @pytest.mark.timeout(60)
-def test_a_running_turn_cancelled_stops_within_two_seconds_and_stores_nothing(
-    workers: Workers, redis_url: str
-) -> None:
+def test_a_running_turn_cancelled_stops_within_two_seconds_and_stores_nothing(workers: Workers, redis_url: str) -> None:
     workers.one()
     session_id = create_session(framework="langgraph", model=STUB_MODEL)
     running = submit_turn(session_id, f"go on and on {SLOW}")
@@ -106,7 +109,7 @@ def test_if_busy_reject_stores_nothing_and_interrupt_replaces_the_running_turn(
     rows = wait_finished([busy.turn_id, interrupting.turn_id], timeout=30)
     assert rows[busy.turn_id].status.value == "cancelled"
     assert rows[interrupting.turn_id].status.value == "succeeded", rows[interrupting.turn_id].error
-    assert rows[interrupting.turn_id].started_at >= rows[busy.turn_id].finished_at
+    assert _ran_after(rows[interrupting.turn_id], rows[busy.turn_id])
     busy_types = event_types(redis_url, busy.turn_id)
     assert busy_types[-1] == "cancelled" and busy_types.count("cancelled") == 1 and "final" not in busy_types
     assert [m.role for m in turn_messages(busy.turn_id)] == ["user"]

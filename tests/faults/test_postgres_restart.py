@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -81,22 +80,17 @@ def _database_down(*_: Any, **__: Any) -> Any:
     )
 
 
-@pytest.fixture
-def stub_worker_env(stub_env: OpenAIStub, chatq_env: dict[str, str]) -> Iterator[None]:
-    """This process runs turns itself (execute_turn) against the stub."""
-    yield
-
-
 @pytest.mark.timeout(60)
 def test_postgres_down_while_the_handler_reads_history_is_not_charged_to_the_agent(
-    stub_worker_env: None, monkeypatch: pytest.MonkeyPatch, redis_url: str
+    stub_env: OpenAIStub, chatq_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, redis_url: str
 ) -> None:
     """SPEC: infrastructure faults (Postgres restarting) never lose a turn.
 
     The handler reads the session's history from Postgres after the claim. If Postgres is gone at
     that moment (the claim just before it succeeded), that is an infrastructure fault like any
     other: the delivery should be retried, not counted as a failed model invocation. Two such
-    deliveries must not fail the turn with "The agent failed (OperationalError)."
+    deliveries must not fail the turn with "The agent failed (OperationalError)." This process runs
+    the deliveries itself (execute_turn, as the task does) against the model stub.
     """
     import handlers.history
     from worker.runner import execute_turn

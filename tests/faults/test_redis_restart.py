@@ -13,21 +13,23 @@ from tests.faults.helpers import (
     Beat,
     RedisControl,
     Workers,
+    load_turns,
     messages_by_turn,
     session_transcript,
     wait_finished,
     wait_status,
 )
+from tests.support.turns import FINISHED
 from worker.producer import create_session, submit_turn
 
 pytestmark = pytest.mark.slow
 
-SESSIONS, TURNS = 3, 10
+SESSIONS, TURNS = 6, 14
 TEXT = "[slow: 0.05] [words: 20]"
 
 
-def _wait_for_queue_bindings(redis_url: str, timeout: float) -> float:
-    """Seconds until a consumer has declared the `chatq` queue again (messages can be routed)."""
+def _wait_for_queue_bindings(redis_url: str, timeout: float) -> float | None:
+    """Seconds until someone declared the `chatq` queue again (messages can be routed), None if not yet."""
     started = time.monotonic()
     client = redis.Redis.from_url(redis_url, socket_connect_timeout=1)
     try:
@@ -40,14 +42,15 @@ def _wait_for_queue_bindings(redis_url: str, timeout: float) -> float:
             time.sleep(0.1)
     finally:
         client.close()
-    raise AssertionError(f"no worker declared the chatq queue again within {timeout:.0f}s of the restart")
+    return None
 
 
 @pytest.mark.timeout(150)
 def test_turns_queued_and_running_across_a_redis_restart_all_succeed_once(
     redis_server: RedisControl, workers: Workers, beat: Beat, redis_url: str
 ) -> None:
-    worker = workers.one(concurrency=8)
+    # Two workers, each with turns in hand when Redis goes away.
+    originals = workers.start(2, concurrency=4)
     sessions = [create_session(framework="langgraph", model=STUB_MODEL) for _ in range(SESSIONS)]
     submitted: list[tuple[uuid.UUID, uuid.UUID, str]] = []
     for index in range(TURNS):
@@ -55,16 +58,33 @@ def test_turns_queued_and_running_across_a_redis_restart_all_succeed_once(
         content = f"turn {index} {TEXT}"
         submitted.append((submit_turn(session_id, content).turn_id, session_id, content))
     turn_ids = [turn_id for turn_id, _, _ in submitted]
-    wait_status(turn_ids[0], "running", timeout=30)
+    for turn_id in turn_ids[:SESSIONS]:
+        wait_status(turn_id, "running", timeout=30)
     time.sleep(0.3)  # mid-stream, later turns of each session still queued
 
     outage = redis_server.restart()
     restarted_at = time.monotonic()
     print(f"\nRedis restarted (shutdown nosave + start) in {outage:.2f}s")
-    rebound = _wait_for_queue_bindings(redis_url, timeout=60)
-    print(f"the worker declared its queues again {rebound:.1f}s after the restart")
+    rebound = _wait_for_queue_bindings(redis_url, timeout=15)
+    declared = f"{rebound:.1f}s" if rebound is not None else "not within 15s"
+    print(f"the chatq queue was declared again {declared} after the restart (sends before that are not routed)")
 
-    rows = wait_finished(turn_ids, timeout=100)
+    # Acting as a supervisor would: a worker that died is replaced, so the turn guarantees (none
+    # lost, none duplicated) are checked either way; the workers' own survival is asserted last.
+    replaced: list[str] = []
+    deadline = time.monotonic() + 100
+    while True:
+        rows = load_turns(turn_ids)
+        if all(row.status.value in FINISHED for row in rows.values()):
+            break
+        assert time.monotonic() < deadline, {str(k)[:8]: r.status.value for k, r in rows.items()}
+        for worker in originals:
+            if not worker.alive and worker.name not in replaced:
+                code = worker.process.returncode if worker.process else None
+                print(f"worker {worker.name} exited (code {code}) after the restart; starting a replacement")
+                replaced.append(worker.name)
+                workers.one(concurrency=4)
+        time.sleep(0.2)
     print(f"all {len(turn_ids)} turns finished {time.monotonic() - restarted_at:.1f}s after the restart")
     assert {str(k)[:8]: (r.status.value, r.error) for k, r in rows.items() if r.status.value != "succeeded"} == {}
     by_turn = messages_by_turn(sessions)
@@ -75,9 +95,17 @@ def test_turns_queued_and_running_across_a_redis_restart_all_succeed_once(
         assert [content for role, content in transcript if role == "user"] == expected
         assert [role for role, _ in transcript] == ["user", "assistant"] * len(expected)
 
-    assert worker.alive, worker.log()[-3000:]
     assert beat.alive, "beat should survive a Redis restart by itself"
     after = submit_turn(sessions[0], "still there after the restart? [words: 3]")
     row = wait_finished([after.turn_id], timeout=30)[after.turn_id]
     assert row.status.value == "succeeded", row.error
-    assert worker.alive and beat.alive
+    assert beat.alive
+
+    crashes = {
+        worker.name: next((line for line in worker.log().splitlines() if "Unrecoverable error" in line), "")[:300]
+        for worker in originals
+        if not worker.alive
+    }
+    assert not replaced and all(worker.alive for worker in originals), (
+        f"{len(crashes)} of {len(originals)} workers did not survive the Redis restart: {crashes}"
+    )
