@@ -46,10 +46,13 @@ _ADAPTERS: dict[str, tuple[str, str]] = {
     # framework: (label, "module:class" of its BaseAgentHandler, imported on first use)
     "none": ("None", "handlers.none.handler:NoneHandler"),
     "langgraph": ("LangGraph", "handlers.langgraph.handler:LangGraphHandler"),
+    # The worked example of docs/handlers.md: a tool loop on the `openai` SDK, no framework.
+    "plain_openai": ("Plain OpenAI SDK", "handlers.plain_openai.handler:PlainOpenAIHandler"),
 }
 
 FRAMEWORK_CHOICES: list[tuple[str, str]] = [(name, label) for name, (label, _) in _ADAPTERS.items()]
-"""(value, label) of every agent framework a session may use: `[("none", "None"), ("langgraph", "LangGraph")]`."""
+"""(value, label) of every agent framework a session may use:
+`[("none", "None"), ("langgraph", "LangGraph"), ("plain_openai", "Plain OpenAI SDK")]`."""
 
 
 def register_framework(name: str, label: str, target: str) -> None:

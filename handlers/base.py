@@ -58,6 +58,9 @@ class AgentMessage:
     """Tools an assistant message asks for, `[{"id", "name", "args"}]`."""
     tool_call_id: str | None = None
     """For a `"tool"` message, the id of the call it answers."""
+    citations: list[dict[str, Any]] | None = None
+    """For the final assistant message of a session with knowledge bases: the passages the answer is
+    based on, `[{"document_id", "title", "chunk_id", "snippet"}]` (see `handlers.knowledge`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form used in events and `chatq show --json`."""
@@ -66,6 +69,7 @@ class AgentMessage:
             "content": self.content,
             "tool_calls": self.tool_calls,
             "tool_call_id": self.tool_call_id,
+            "citations": self.citations,
         }
 
     @classmethod
@@ -76,6 +80,7 @@ class AgentMessage:
             content=str(data.get("content") or ""),
             tool_calls=list(data["tool_calls"]) if data.get("tool_calls") else None,
             tool_call_id=data.get("tool_call_id"),
+            citations=[dict(c) for c in data["citations"]] if data.get("citations") else None,
         )
 
 
@@ -126,7 +131,7 @@ class SessionInfo:
     id: Any
     """The session id (a UUID)."""
     agent_framework: str
-    """`"langgraph"` or `"none"` (see `handlers.FRAMEWORK_CHOICES`)."""
+    """`"langgraph"`, `"none"` or another registered framework (see `handlers.FRAMEWORK_CHOICES`)."""
     model: str
     """The model name; `echo` is the built-in offline model."""
     system_prompt: str | None = None

@@ -19,6 +19,14 @@ class AgentInvocationError(HandlerError):
     """The agent failed to produce a reply."""
 
 
+class TurnTimeout(AgentInvocationError):
+    """The agent did not finish within the turn timeout."""
+
+
+EMPTY_REPLY = "The model returned an empty reply."
+"""The error of a completion with neither text nor tool calls, which chatq treats as a failure."""
+
+
 class UnknownFramework(HandlerError):
     """The session's agent framework is not one chatq knows."""
 

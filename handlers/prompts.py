@@ -42,6 +42,16 @@ _KB_ATTACHED = (
     "say that you did."
 )
 
+_KB_SEARCHED = (
+    "Knowledge bases attached to this conversation: {names}. The knowledge base has already been "
+    "searched for the user's latest message; the results are at the end of these instructions. Base "
+    "your answer on them and cite the sources you used (document title or id) after the statements "
+    "they support. If they contain nothing relevant, say so, then answer from general knowledge and "
+    "say that you did."
+)
+
+_KB_RESULTS = "Knowledge base search results for the user's latest message:\n\n{results}"
+
 _KB_NONE = "No knowledge base is attached to this conversation: do not call the search tool."
 
 _TOOL_ERRORS = (
@@ -69,6 +79,7 @@ def build_system_prompt(
     tools: Sequence[str] = (),
     history_summary: str | None = None,
     knowledge_bases: Sequence[str] = (),
+    knowledge_results: str | None = None,
 ) -> str:
     """The full system prompt for one invocation on `session`.
 
@@ -76,6 +87,9 @@ def build_system_prompt(
     prompt comes first, then chatq's shared policy: a default persona when the session has none,
     tool rules, the knowledge-base policy (stated definitively either way), tool error handling,
     and, when `history_summary` is given, a note that earlier conversation was left out.
+
+    `knowledge_results` is for frameworks that call no tools (`none`): the handler searched the
+    knowledge bases itself, so the policy says the search was done and the results close the prompt.
     """
     sections: list[str] = []
     own = getattr(session, "system_prompt", None)
@@ -90,15 +104,21 @@ def build_system_prompt(
     kb_names = _names(knowledge_bases)
     if not tool_names and not kb_names:
         sections.append(_NO_TOOLS)
-    if kb_names:
+    searched = bool(kb_names) and knowledge_results is not None
+    if searched:
+        sections.append(_KB_SEARCHED.format(names=", ".join(kb_names)))
+    elif kb_names:
         sections.append(_KB_ATTACHED.format(names=", ".join(kb_names)))
     else:
         sections.append(_KB_NONE)
 
-    if tool_names or kb_names:
+    if tool_names or (kb_names and not searched):
         sections.append(_TOOL_ERRORS)
 
     if history_summary is not None and history_summary.strip():
         sections.append(_HISTORY_OMITTED.format(summary=_one_line(history_summary)))
+
+    if searched:
+        sections.append(_KB_RESULTS.format(results=(knowledge_results or "").strip()))
 
     return "\n\n".join(sections)

@@ -4,6 +4,10 @@ Tools are plain Python functions with a JSON-schema description; each framework 
 in its own tool type (see `handlers/langgraph/tools.py`), so a tool is written once for every
 framework. `run_tool` is the one way to execute a tool: it never raises, it returns failures as
 `"Error: ..."` strings the model can read and recover from, and it cuts long output.
+
+Tools that need the turn they run in (the session's knowledge bases, the turn to bill) read it
+from `handlers.context.current_tool_context()`; `run_tool(..., context=...)` sets it for the call
+and records paid tools (`handlers.accounting.record_tool_call`) before running them.
 """
 
 from __future__ import annotations
@@ -13,16 +17,19 @@ import logging
 import math
 import operator
 import threading
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from handlers.context import ToolContext, current_tool_context, use_tool_context
 from handlers.errors import UnknownTool
-from worker.config import get_settings
+from worker.config import get_settings, mask_secrets
 
 __all__ = [
+    "KNOWLEDGE_BASE_TOOL",
     "Tool",
     "calculate",
     "current_time",
@@ -31,12 +38,18 @@ __all__ = [
     "list_tools",
     "register_tool",
     "run_tool",
+    "session_tool_names",
     "unregister_tool",
 ]
 
 logger = logging.getLogger(__name__)
 
 TRUNCATION_MARK = " [output truncated]"
+
+UNRECORDED = "Error: this paid tool is unavailable right now (its use could not be recorded)."
+
+KNOWLEDGE_BASE_TOOL = "search_knowledge_base"
+"""Searches the session's knowledge bases; bound only when the session has some attached."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,7 +65,10 @@ class Tool:
     func: Callable[..., str]
     """The implementation: called with the model's arguments as keywords, returns the result text."""
     paid: bool = False
-    """True if a call costs money; paid tools are never on by default, a session must ask for them."""
+    """True if a call costs money; paid tools are never on by default, a session must ask for them.
+    Each call that runs inside a handler invocation is recorded (`handlers.accounting`)."""
+    price: float = 0.0
+    """Default price of one call of a paid tool; the `tools` part of `CHATQ_PRICES` overrides it."""
 
 
 _lock = threading.Lock()
@@ -103,22 +119,65 @@ def default_tool_names() -> tuple[str, ...]:
     return tuple(tool.name for tool in list_tools() if not tool.paid)
 
 
-def run_tool(name: str, args: Mapping[str, Any] | None) -> str:
+def session_tool_names(requested: object, knowledge_bases: Sequence[str] = ()) -> tuple[str, ...]:
+    """The tools of a session: `requested` (its `metadata["tools"]`) when it lists names, else the defaults.
+
+    `search_knowledge_base` is bound exactly when the session has knowledge bases attached,
+    whatever the session asked for. Raises UnknownTool for a requested name that does not exist.
+    """
+    if isinstance(requested, list | tuple) and all(isinstance(n, str) for n in requested):
+        names = tuple(get_tool(name).name for name in dict.fromkeys(requested))
+    else:
+        names = default_tool_names()
+    names = tuple(name for name in names if name != KNOWLEDGE_BASE_TOOL)
+    return (*names, KNOWLEDGE_BASE_TOOL) if knowledge_bases else names
+
+
+def run_tool(name: str, args: Mapping[str, Any] | None, *, context: ToolContext | None = None) -> str:
     """Run a tool and return its output text; failures come back as `"Error: ..."`, never raised.
 
     The model reads the error and can correct itself, as the seed's tool contract asks; the output is
     cut at `CHATQ_MAX_TOOL_OUTPUT_CHARS` so one tool cannot flood the context window.
+
+    `context` (default: the current one, see `handlers.context`) is what the tool sees of its turn;
+    a paid tool run with a context is recorded before it runs, once per call.
     """
+    ctx = context if context is not None else current_tool_context()
     try:
         tool = get_tool(name)
         if args is not None and not isinstance(args, Mapping):
             raise TypeError("arguments must be a JSON object")
-        output = tool.func(**dict(args or {}))
+        if tool.paid and ctx is not None and ctx.session_id is not None and not _record_paid_call(tool, ctx):
+            return UNRECORDED
+        with use_tool_context(context):
+            output = tool.func(**dict(args or {}))
         text = output if isinstance(output, str) else str(output)
     except Exception as exc:
         logger.info("tool %s failed: %s", name, type(exc).__name__)
         return truncate_output(f"Error: {_describe(exc)}")
     return truncate_output(text)
+
+
+def _record_paid_call(tool: Tool, ctx: ToolContext) -> bool:
+    """Record a paid call before it runs; False (logged, the call is not run) if that fails."""
+    from handlers.accounting import record_tool_call
+
+    turn = ctx.turn
+    try:
+        record_tool_call(
+            tool_name=tool.name,
+            tool_call_id=ctx.tool_call_id or f"uncalled-{uuid.uuid4().hex}",
+            invocation_id=ctx.invocation_id,
+            session_id=ctx.session_id,
+            turn_id=turn.turn_id if turn is not None else None,
+            attempt=turn.attempt if turn is not None else None,
+            default_price=tool.price,
+        )
+    except Exception as exc:
+        # The detail (database or price table) is for operators, not for the model or the stored turn.
+        logger.warning("paid tool %s not run: recording the call failed: %s", tool.name, mask_secrets(str(exc))[:300])
+        return False
+    return True
 
 
 def truncate_output(text: str, limit: int | None = None) -> str:
@@ -288,5 +347,41 @@ register_tool(
             "additionalProperties": False,
         },
         func=current_time,
+    )
+)
+
+
+# --- search_knowledge_base -------------------------------------------------------------------
+
+
+def _search_knowledge_base(query: str, limit: int = 5) -> str:
+    from handlers.knowledge import search_tool
+
+    return search_tool(query, limit)
+
+
+register_tool(
+    Tool(
+        name=KNOWLEDGE_BASE_TOOL,
+        description=(
+            "Search the knowledge bases attached to this conversation (full-text search). Returns the best "
+            "matching passages, each with its document title and id; cite the titles of the passages you use."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "What to look for, in a few keywords or a question."},
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 10,
+                    "description": "How many passages to return (default 5).",
+                },
+            },
+            "required": ["query"],
+            "additionalProperties": False,
+        },
+        func=_search_knowledge_base,
+        paid=True,
     )
 )

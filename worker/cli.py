@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from worker.errors import ChatqError
 
-COMMAND_MODULES: tuple[str, ...] = ("worker.batch_cli", "worker.gateway.command")
+COMMAND_MODULES: tuple[str, ...] = ("worker.batch_cli", "worker.gateway.command", "worker.kb_cli")
 """Modules with a `register(subparsers)` function that add more `chatq` subcommands."""
 
 EXIT_OK = 0
@@ -62,7 +62,9 @@ def cmd_db(args: argparse.Namespace) -> int:
 def cmd_session_create(args: argparse.Namespace) -> int:
     from worker.producer import create_session
 
-    session_id = create_session(framework=args.framework, model=args.model, system_prompt=args.system_prompt)
+    session_id = create_session(
+        framework=args.framework, model=args.model, system_prompt=args.system_prompt, knowledge_bases=args.kb
+    )
     if args.json:
         _print_json({"session_id": str(session_id)})
     else:
@@ -181,22 +183,14 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_usage(args: argparse.Namespace) -> int:
-    from worker.queries import usage_report
+    from worker.queries import format_usage, usage_report
 
-    report = usage_report(args.session)
+    report = usage_report(args.session, batch=args.batch)
     if args.json:
         _print_json(report)
         return EXIT_OK
-    print(f"{'model':<32} {'turns':>8} {'prompt':>12} {'completion':>12} {'total':>12}")
-    for row in report["by_model"]:
-        print(
-            f"{row['model']:<32} {row['turns']:>8} {row['prompt_tokens']:>12} "
-            f"{row['completion_tokens']:>12} {row['total_tokens']:>12}"
-        )
-    print(
-        f"{'all':<32} {report['turns']:>8} {report['prompt_tokens']:>12} "
-        f"{report['completion_tokens']:>12} {report['total_tokens']:>12}"
-    )
+    for line in format_usage(report):
+        print(line)
     return EXIT_OK
 
 
@@ -262,9 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
     session = sub.add_parser("session", help="chat sessions")
     session_sub = session.add_subparsers(dest="session_command", required=True, metavar="ACTION")
     create = session_sub.add_parser("create", help="create a session and print its id")
-    create.add_argument("--framework", default="langgraph", help="agent framework: langgraph (default) or none")
+    create.add_argument(
+        "--framework", default="langgraph", help="agent framework: langgraph (default), none or plain_openai"
+    )
     create.add_argument("--model", help="model name (default: CHATQ_MODEL, or echo without an OpenAI key)")
     create.add_argument("--system-prompt", help="the session's own instructions")
+    create.add_argument(
+        "--kb", action="append", default=[], metavar="KB", help="attach this knowledge base (repeatable)"
+    )
     create.add_argument("--json", action="store_true", help="print JSON")
     create.set_defaults(func=cmd_session_create)
 
@@ -296,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     usage = sub.add_parser("usage", help="token usage totals")
     usage.add_argument("--session", metavar="S")
+    usage.add_argument("--batch", metavar="BATCH_ID", help="only the sessions of this batch")
     usage.add_argument("--json", action="store_true")
     usage.set_defaults(func=cmd_usage)
 

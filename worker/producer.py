@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from models.db import session_scope
+from models.knowledge import attach_knowledge_bases
 from models.tables import ACTIVE_STATUSES, ChatMessage, ChatSession, Turn, TurnStatus
 from worker import turns
 from worker.config import get_settings
@@ -35,7 +36,7 @@ from worker.payload import (
 
 log = logging.getLogger(__name__)
 
-FRAMEWORKS = ("langgraph", "none")
+FRAMEWORKS = ("langgraph", "none", "plain_openai")
 """Mirrors handlers.FRAMEWORK_CHOICES without importing the handlers package (kept equal by a test)."""
 
 
@@ -75,8 +76,9 @@ def create_session(
     system_prompt: str | None = None,
     metadata: dict[str, Any] | None = None,
     session_id: uuid.UUID | None = None,
+    knowledge_bases: Sequence[str] = (),
 ) -> uuid.UUID:
-    """Create a chat session and return its id."""
+    """Create a chat session and return its id; `knowledge_bases` (names) are attached in the same transaction."""
     if framework not in FRAMEWORKS:
         raise InvalidTurn(f"unknown agent framework {framework!r}; choose one of: {', '.join(FRAMEWORKS)}")
     model = (model or "").strip() or get_settings().default_model
@@ -95,6 +97,8 @@ def create_session(
                 metadata_=metadata or {},
             )
         )
+        if knowledge_bases:
+            attach_knowledge_bases(new_id, knowledge_bases, db=db)
     log.info("session %s created (framework %s, model %s)", new_id, framework, model)
     return new_id
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import uuid
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import func, select
 
 from models.db import session_scope
-from models.tables import ChatMessage, ChatSession, Turn
+from models.tables import ChatMessage, ChatSession, PaidToolCall, Turn
 from worker.errors import SessionNotFound, TurnNotFound
 from worker.payload import parse_uuid
+
+COST_DECIMALS = 8
 
 
 def message_dict(row: ChatMessage) -> dict[str, Any]:
@@ -22,6 +25,7 @@ def message_dict(row: ChatMessage) -> dict[str, Any]:
         "tool_calls": row.tool_calls,
         "tool_call_id": row.tool_call_id,
         "images": row.images,
+        "citations": row.citations,
         "position": row.position,
     }
 
@@ -55,8 +59,19 @@ def turn_report(turn_id: uuid.UUID | str) -> dict[str, Any]:
         }
 
 
-def usage_report(session_id: uuid.UUID | str | None = None) -> dict[str, Any]:
-    """Token usage totals, overall or for one session, with a breakdown per model."""
+def usage_report(session_id: uuid.UUID | str | None = None, *, batch: str | None = None) -> dict[str, Any]:
+    """Token usage and costs, overall, for one session or for one batch, with breakdowns per model and tool.
+
+    Keys: `session_id`, `batch`, `turns`, `prompt_tokens`, `completion_tokens`, `total_tokens`,
+    `by_model` (each with `estimated_cost`), `tool_calls`, `tool_cost`, `by_tool` (`tool`, `calls`,
+    `units`, `cost`), `token_cost`, `estimated_cost` (token_cost + tool_cost), `unpriced_models`
+    and `currency`. Tool costs are what each paid call cost when it was made; token costs are
+    estimated now from `CHATQ_PRICES` (see `handlers.accounting`); a model without a price there
+    has `estimated_cost` None and is listed in `unpriced_models`.
+    """
+    from handlers.accounting import load_prices
+
+    prices = load_prices()
     with session_scope() as db:
         query = (
             select(
@@ -70,22 +85,96 @@ def usage_report(session_id: uuid.UUID | str | None = None) -> dict[str, Any]:
             .group_by(ChatSession.model)
             .order_by(ChatSession.model)
         )
+        tools = (
+            select(
+                PaidToolCall.tool_name,
+                func.count(PaidToolCall.id),
+                func.coalesce(func.sum(PaidToolCall.units), 0),
+                func.coalesce(func.sum(PaidToolCall.cost), 0),
+            )
+            .group_by(PaidToolCall.tool_name)
+            .order_by(PaidToolCall.tool_name)
+        )
         session_uuid = None
         if session_id is not None:
             session_uuid = parse_uuid(str(session_id), "session")
             if db.get(ChatSession, session_uuid) is None:
                 raise SessionNotFound(f"session {session_uuid} does not exist")
             query = query.where(Turn.session_id == session_uuid)
-        by_model: list[dict[str, Any]] = [
-            {
-                "model": model,
-                "turns": int(n),
-                "prompt_tokens": int(p),
-                "completion_tokens": int(c),
-                "total_tokens": int(t),
-            }
-            for model, n, p, c, t in db.execute(query).all()
+            tools = tools.where(PaidToolCall.session_id == session_uuid)
+        if batch is not None:
+            in_batch = ChatSession.metadata_["batch"].astext == batch
+            query = query.where(in_batch)
+            tools = tools.join(ChatSession, ChatSession.id == PaidToolCall.session_id).where(in_batch)
+        by_model: list[dict[str, Any]] = []
+        token_cost = Decimal(0)
+        unpriced: list[str] = []
+        for model, n, p, c, t in db.execute(query).all():
+            cost = prices.token_cost(model, int(p), int(c))
+            if cost is None:
+                unpriced.append(model)
+            else:
+                token_cost += cost
+            by_model.append(
+                {
+                    "model": model,
+                    "turns": int(n),
+                    "prompt_tokens": int(p),
+                    "completion_tokens": int(c),
+                    "total_tokens": int(t),
+                    "estimated_cost": _money(cost),
+                }
+            )
+        by_tool = [
+            {"tool": name, "calls": int(n), "units": int(units), "cost": _money(Decimal(cost))}
+            for name, n, units, cost in db.execute(tools).all()
         ]
     keys = ("turns", "prompt_tokens", "completion_tokens", "total_tokens")
     totals = {key: sum(int(row[key]) for row in by_model) for key in keys}
-    return {"session_id": str(session_uuid) if session_uuid else None, **totals, "by_model": by_model}
+    tool_cost = sum((Decimal(str(row["cost"])) for row in by_tool), Decimal(0))
+    return {
+        "session_id": str(session_uuid) if session_uuid else None,
+        **totals,
+        "by_model": by_model,
+        "batch": batch,
+        "tool_calls": sum(row["calls"] for row in by_tool),
+        "tool_cost": _money(tool_cost),
+        "by_tool": by_tool,
+        "token_cost": _money(token_cost),
+        "estimated_cost": _money(token_cost + tool_cost),
+        "unpriced_models": unpriced,
+        "currency": prices.currency,
+    }
+
+
+def _money(value: Decimal | None) -> float | None:
+    return None if value is None else float(round(value, COST_DECIMALS))
+
+
+def format_usage(report: dict[str, Any]) -> list[str]:
+    """The lines `chatq usage` prints for a `usage_report`: tokens and estimated cost per model, tool costs, totals."""
+    currency = report.get("currency") or ""
+
+    def money(value: float | None) -> str:
+        return "-" if value is None else f"{value:.6f}"
+
+    lines = [f"{'model':<32} {'turns':>8} {'prompt':>12} {'completion':>12} {'total':>12} {'cost ' + currency:>14}"]
+    for row in report["by_model"]:
+        lines.append(
+            f"{row['model']:<32} {row['turns']:>8} {row['prompt_tokens']:>12} "
+            f"{row['completion_tokens']:>12} {row['total_tokens']:>12} {money(row.get('estimated_cost')):>14}"
+        )
+    lines.append(
+        f"{'all':<32} {report['turns']:>8} {report['prompt_tokens']:>12} "
+        f"{report['completion_tokens']:>12} {report['total_tokens']:>12} {money(report.get('token_cost')):>14}"
+    )
+    if report.get("by_tool"):
+        lines.append("")
+        lines.append(f"{'paid tool':<32} {'calls':>8} {'units':>12} {'cost ' + currency:>14}")
+        for row in report["by_tool"]:
+            lines.append(f"{row['tool']:<32} {row['calls']:>8} {row['units']:>12} {money(row['cost']):>14}")
+    lines.append("")
+    lines.append(f"estimated cost: {money(report.get('estimated_cost'))} {currency}".rstrip())
+    if report.get("unpriced_models"):
+        lines.append(f"no price for: {', '.join(report['unpriced_models'])} (set CHATQ_PRICES)")
+    return lines

@@ -18,6 +18,7 @@ from redis import RedisError
 from sqlalchemy.exc import DBAPIError
 
 from handlers.base import AgentMessage, StreamEvent, StreamEventKind, Usage
+from handlers.context import running_turn
 from handlers.errors import AgentInvocationError, HandlerError, UnknownFramework
 from models.tables import TurnStatus
 from worker import metrics, turns
@@ -138,7 +139,8 @@ def _run_claimed(claim: turns.Claim) -> Result:
     keeper = get_lease_keeper()
     lease = keeper.register(claim.turn_id, claim.lease_token)
     try:
-        messages, usage = run_handler(claim, events, lease, started=started)
+        with running_turn(claim.turn_id, claim.attempt):
+            messages, usage = run_handler(claim, events, lease, started=started)
     except TurnCancelled:
         if turns.finish_turn(claim, TurnStatus.CANCELLED):
             metrics.TURNS.labels("cancelled").inc()

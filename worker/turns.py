@@ -291,6 +291,7 @@ def complete_turn(claim: Claim, messages: Sequence[AgentMessage], usage: Usage) 
                     "content": message.content,
                     "tool_calls": message.tool_calls,
                     "tool_call_id": message.tool_call_id,
+                    "citations": message.citations,
                 }
                 for index, message in enumerate(messages, start=1)
             ],

@@ -2,6 +2,10 @@
 
     START -> agent -(tool calls?)-> tool_execution -> agent ... -(no tool calls)-> END
 
+A session with knowledge bases attached gets a graph whose first step searches them:
+
+    START -> retrieve -> agent -(tool calls?)-> tool_execution -> agent ... -> END
+
 The compiled graph holds no per-turn state: the model client, system prompt and deadline of a turn
 come in through `config["configurable"]`, so one compiled graph serves every turn and thread.
 """
@@ -16,7 +20,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import tools_condition
 
-from handlers.langgraph.nodes import AGENT_NODE, TOOL_NODE, ToolExecutionNode, agent_node
+from handlers.langgraph.nodes import AGENT_NODE, RETRIEVE_NODE, TOOL_NODE, ToolExecutionNode, agent_node, retrieve_node
 from handlers.langgraph.state import AgentState
 from handlers.langgraph.tools import langchain_tools
 
@@ -28,12 +32,20 @@ RECURSION_LIMIT = 10
 Graph = CompiledStateGraph[AgentState, Any, AgentState, AgentState]
 
 
-def build_graph(tool_names: Sequence[str]) -> Graph:
-    """Build and compile the agent graph for these tools (prefer the cached `get_graph`)."""
+def build_graph(tool_names: Sequence[str], *, retrieve: bool = False) -> Graph:
+    """Build and compile the agent graph for these tools (prefer the cached `get_graph`).
+
+    With `retrieve`, a knowledge-base search is the first step of every invocation.
+    """
     builder: StateGraph[AgentState, Any, AgentState, AgentState] = StateGraph(AgentState)
     builder.add_node(AGENT_NODE, agent_node)
     builder.add_node(TOOL_NODE, ToolExecutionNode(langchain_tools(tool_names)))
-    builder.add_edge(START, AGENT_NODE)
+    if retrieve:
+        builder.add_node(RETRIEVE_NODE, retrieve_node)
+        builder.add_edge(START, RETRIEVE_NODE)
+        builder.add_edge(RETRIEVE_NODE, AGENT_NODE)
+    else:
+        builder.add_edge(START, AGENT_NODE)
     # tools_condition answers "tools" when the last AI message has tool calls, else END.
     builder.add_conditional_edges(AGENT_NODE, tools_condition, {"tools": TOOL_NODE, END: END})
     builder.add_edge(TOOL_NODE, AGENT_NODE)
@@ -41,10 +53,10 @@ def build_graph(tool_names: Sequence[str]) -> Graph:
 
 
 @functools.lru_cache(maxsize=32)
-def _cached(tool_names: tuple[str, ...]) -> Graph:
-    return build_graph(tool_names)
+def _cached(tool_names: tuple[str, ...], retrieve: bool) -> Graph:
+    return build_graph(tool_names, retrieve=retrieve)
 
 
-def get_graph(tool_names: Sequence[str]) -> Graph:
-    """The compiled graph for this tool set, built on first use in the process and reused after."""
-    return _cached(tuple(tool_names))
+def get_graph(tool_names: Sequence[str], *, retrieve: bool = False) -> Graph:
+    """The compiled graph for this tool set (and retrieval step), built on first use in the process and reused after."""
+    return _cached(tuple(tool_names), retrieve)

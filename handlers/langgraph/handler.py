@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import AsyncGenerator, Generator, Iterator, Sequence
 from typing import Any
@@ -12,15 +13,16 @@ from langgraph.errors import GraphRecursionError
 
 from handlers.base import AgentMessage, BaseAgentHandler, StreamEvent, StreamEventKind, Usage
 from handlers.errors import AgentInvocationError, HandlerError
+from handlers.knowledge import choose_citations, start_invocation
 from handlers.langgraph.graph import RECURSION_LIMIT, get_graph
-from handlers.langgraph.nodes import AGENT_NODE, TOOL_NODE
+from handlers.langgraph.nodes import AGENT_NODE, RETRIEVE_NODE, TOOL_NODE
 from handlers.langgraph.state import CONTEXT_KEY, TurnContext
 from handlers.langgraph.tools import langchain_tools
 from handlers.lc.errors import invocation_error
 from handlers.lc.messages import content_text, to_agent_message, usage_from
 from handlers.lc.models import get_chat_model
 from handlers.lc.turn import EMPTY_REPLY, Deadline, astream_from, final_result, is_empty, model_name, prepare_turn
-from handlers.tools import default_tool_names, get_tool
+from handlers.tools import session_tool_names
 from worker.config import get_settings
 
 __all__ = ["TOO_MANY_STEPS", "LangGraphHandler"]
@@ -33,15 +35,13 @@ TOO_MANY_STEPS = "The agent stopped: too many tool steps without a final answer.
 class LangGraphHandler(BaseAgentHandler):
     """The `langgraph` framework: agent node with tools bound <-> tool node, until no tool calls remain."""
 
-    def tool_names(self) -> tuple[str, ...]:
-        """The session's tools: `metadata["tools"]` when it lists names, else the registry's defaults.
+    def tool_names(self, knowledge_bases: Sequence[str] = ()) -> tuple[str, ...]:
+        """The session's tools: `metadata["tools"]` when it lists names, else the registry's defaults,
+        plus `search_knowledge_base` exactly when knowledge bases are attached.
 
         Raises UnknownTool (bad input, not retried) when the session names a tool that does not exist.
         """
-        requested = (self.session.metadata_ or {}).get("tools")
-        if isinstance(requested, list | tuple) and all(isinstance(n, str) for n in requested):
-            return tuple(get_tool(name).name for name in dict.fromkeys(requested))
-        return default_tool_names()
+        return session_tool_names((self.session.metadata_ or {}).get("tools"), knowledge_bases)
 
     def invoke(
         self, user_message: str, images: Sequence[str] | None = None, reply_to: int | None = None
@@ -57,14 +57,19 @@ class LangGraphHandler(BaseAgentHandler):
         deadline = Deadline(timeout)
         produced: list[BaseMessage] = []
         try:
-            tools = self.tool_names()
-            turn = prepare_turn(self.session, user_message, images, reply_to, tools=tools)
+            invocation = start_invocation(self.session)
+            knowledge_bases = invocation.knowledge_bases
+            tools = self.tool_names(knowledge_bases)
+            turn = prepare_turn(
+                self.session, user_message, images, reply_to, tools=tools, knowledge_bases=knowledge_bases
+            )
             model = get_chat_model(model_name(self.session))
             # Built once per invocation and handed to the nodes through the config (seed).
             llm = model.bind_tools(langchain_tools(tools)) if tools else model
-            context = TurnContext(llm=llm, system_prompt=turn.system_prompt, deadline=deadline)
+            context = TurnContext(llm=llm, system_prompt=turn.system_prompt, deadline=deadline, tools=invocation)
             config: RunnableConfig = {"recursion_limit": RECURSION_LIMIT, "configurable": {CONTEXT_KEY: context}}
-            graph = get_graph(tools)
+            # With knowledge bases attached, the first step of every question is a search.
+            graph = get_graph(tools, retrieve=bool(knowledge_bases))
             parts = graph.stream({"messages": turn.messages}, config, stream_mode=["messages", "updates"])
             try:
                 yield from _events(parts, deadline, produced)
@@ -87,11 +92,11 @@ class LangGraphHandler(BaseAgentHandler):
         final = produced[-1] if produced else None
         if not isinstance(final, AIMessage) or is_empty(final):
             raise AgentInvocationError(EMPTY_REPLY)
-        yield StreamEvent(
-            kind=StreamEventKind.FINAL,
-            response=[to_agent_message(m) for m in produced],
-            usage=usage_from(produced),
-        )
+        response = [to_agent_message(m) for m in produced]
+        citations = choose_citations(invocation, response[-1].content)
+        if citations:
+            response[-1] = dataclasses.replace(response[-1], citations=citations)
+        yield StreamEvent(kind=StreamEventKind.FINAL, response=response, usage=usage_from(produced))
 
     def astream(
         self, user_message: str, images: Sequence[str] | None = None, reply_to: int | None = None
@@ -118,7 +123,7 @@ def _events(parts: Iterator[Any], deadline: Deadline, produced: list[BaseMessage
                 yield StreamEvent(kind=StreamEventKind.TEXT, text=text)
             continue
         for node, update in (data or {}).items():
-            if node not in (AGENT_NODE, TOOL_NODE) or not update:
+            if node not in (RETRIEVE_NODE, AGENT_NODE, TOOL_NODE) or not update:
                 continue
             for message in update.get("messages") or ():
                 produced.append(message)

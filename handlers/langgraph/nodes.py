@@ -1,4 +1,7 @@
-"""The graph's nodes: the agent (LLM with tools bound) and tool execution; routing is tools_condition."""
+"""The graph's nodes: knowledge-base retrieval, the agent (LLM with tools bound) and tool execution.
+
+Routing is tools_condition; the retrieval node only exists in graphs of sessions with knowledge bases.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +9,48 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
+from handlers.context import use_tool_context
+from handlers.knowledge import retrieval_step
 from handlers.langgraph.state import AgentState, turn_context
+from handlers.lc.messages import content_text
 from handlers.lc.turn import collect, stream_model
 from handlers.tools import truncate_output
 
-__all__ = ["AGENT_NODE", "TOOL_NODE", "ToolExecutionNode", "agent_node"]
+__all__ = ["AGENT_NODE", "RETRIEVE_NODE", "TOOL_NODE", "ToolExecutionNode", "agent_node", "retrieve_node"]
 
 logger = logging.getLogger(__name__)
 
 AGENT_NODE = "agent"
 TOOL_NODE = "tool_execution"
+RETRIEVE_NODE = "retrieve"
+
+
+def retrieve_node(state: AgentState, config: RunnableConfig) -> dict[str, list[BaseMessage]]:
+    """Search the knowledge bases for the user's message before the model is asked anything.
+
+    The search goes into the conversation as an assistant tool call and its tool result, exactly
+    as if the model had called `search_knowledge_base` itself, so the first model request already
+    holds the result, the stored turn shows it, and the model may search again with other words.
+    """
+    context = turn_context(config)
+    context.deadline.check()
+    question = next((content_text(m.content) for m in reversed(state["messages"]) if isinstance(m, HumanMessage)), "")
+    call, output = retrieval_step(context.tools, question)
+    return {
+        "messages": [
+            AIMessage(content="", tool_calls=[{"id": call["id"], "name": call["name"], "args": call["args"]}]),
+            ToolMessage(
+                content=output,
+                tool_call_id=call["id"],
+                name=call["name"],
+                status="error" if output.startswith("Error:") else "success",
+            ),
+        ]
+    }
 
 
 def agent_node(state: AgentState, config: RunnableConfig) -> dict[str, list[BaseMessage]]:
@@ -54,7 +85,9 @@ class ToolExecutionNode:
         for call in calls:
             context.deadline.check()
             name, call_id = call["name"], call.get("id") or ""
-            output, failed = _run(self.by_name.get(name), name, call.get("args") or {}, config)
+            # The registry's tools read their turn (session, knowledge bases, call id) from here.
+            with use_tool_context(context.tools.for_call(call_id)):
+                output, failed = _run(self.by_name.get(name), name, call.get("args") or {}, config)
             results.append(
                 ToolMessage(
                     content=truncate_output(output),

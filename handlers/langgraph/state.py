@@ -11,7 +11,8 @@ from langchain_core.messages import BaseMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.graph.message import add_messages
 
-from handlers.lc.turn import Deadline
+from handlers.context import ToolContext
+from handlers.deadline import Deadline
 
 __all__ = ["CONTEXT_KEY", "AgentState", "TurnContext", "turn_context"]
 
@@ -39,6 +40,8 @@ class TurnContext:
     """Prepended by the agent node when the conversation does not start with a system message."""
     deadline: Deadline
     """The turn timeout; each model call gets the remaining time."""
+    tools: ToolContext
+    """What the turn's tools see: session, knowledge bases, turn; set around every tool call."""
 
 
 def turn_context(config: RunnableConfig) -> TurnContext:

@@ -1,7 +1,8 @@
 """Map whatever a LangChain/OpenAI call raised to a short, user-visible AgentInvocationError.
 
 The user sees the message (turn `error`, `error` events), so it names the kind of failure and
-never carries the provider's raw text, which may echo request details.
+never carries the provider's raw text, which may echo request details. It needs only the `openai`
+SDK's exception types, so any adapter that talks to an OpenAI-compatible API can use it.
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from __future__ import annotations
 import logging
 
 import openai
+from sqlalchemy.exc import DBAPIError
 
-from handlers.errors import AgentInvocationError
+from handlers.errors import AgentInvocationError, TurnTimeout
 from worker.config import mask_secrets
 
 __all__ = ["TurnTimeout", "invocation_error"]
@@ -18,14 +20,16 @@ __all__ = ["TurnTimeout", "invocation_error"]
 logger = logging.getLogger(__name__)
 
 
-class TurnTimeout(AgentInvocationError):
-    """The agent did not finish within the turn timeout."""
-
-
 def invocation_error(exc: BaseException, *, timeout: float) -> AgentInvocationError:
-    """The AgentInvocationError to raise for `exc` (returned as is when it already is one)."""
+    """The AgentInvocationError to raise for `exc` (returned as is when it already is one).
+
+    Database errors (reading history while Postgres restarts) are not the agent's failure and must
+    not use up an attempt: they are re-raised unchanged, for the worker to retry the delivery.
+    """
     if isinstance(exc, AgentInvocationError):
         return exc
+    if isinstance(exc, DBAPIError):
+        raise exc
     message = _message(exc, timeout)
     # The detail goes to the log only (masked); a traceback only for failures that are not the
     # model service's, since those point at a bug rather than at the network or the provider.

@@ -8,8 +8,6 @@ stays attached to the call it answers.
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -23,6 +21,7 @@ from langchain_core.messages import (
 from langchain_core.messages.tool import ToolCall as LCToolCall
 
 from handlers.base import AgentMessage, ToolCall, Usage, empty_usage
+from handlers.images import image_url
 
 __all__ = [
     "content_text",
@@ -121,29 +120,6 @@ def to_agent_message(message: BaseMessage) -> AgentMessage:
     if payload["role"] not in ("assistant", "tool"):
         raise ValueError(f"only assistant and tool messages become AgentMessages, got {payload['role']!r}")
     return AgentMessage.from_dict(payload)
-
-
-_IMAGE_MAGIC: tuple[tuple[bytes, str], ...] = (
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"),
-)
-
-
-def image_url(image: str) -> str:
-    """An image reference as a URL a model accepts: http(s) and data: URLs as given, bare base64 as a data: URL."""
-    ref = image.strip()
-    if ref.startswith(("http://", "https://", "data:")):
-        return ref
-    try:
-        head = base64.b64decode(ref[:64] + "=" * (-len(ref[:64]) % 4), validate=False)
-    except (binascii.Error, ValueError):
-        head = b""
-    mime = next((m for magic, m in _IMAGE_MAGIC if head.startswith(magic)), None)
-    if mime is None:
-        mime = "image/webp" if head[:4] == b"RIFF" and head[8:12] == b"WEBP" else "image/png"
-    return f"data:{mime};base64,{ref}"
 
 
 def user_message(content: str, images: Sequence[str] | None = None, *, accepts_images: bool = True) -> HumanMessage:

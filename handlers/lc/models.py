@@ -7,24 +7,18 @@ connection pool, which every turn of the process should share instead of rebuild
 from __future__ import annotations
 
 import functools
-import os
-import re
 
 from langchain_core.language_models import BaseChatModel
 
 from handlers.errors import AgentInvocationError
+from handlers.images import VISION_MODELS_ENV, model_accepts_images
 from handlers.lc.echo import EchoChatModel
 from worker.config import ECHO_MODEL, get_settings
 
 __all__ = ["NO_KEY_PLACEHOLDER", "VISION_MODELS_ENV", "get_chat_model", "model_accepts_images"]
 
-VISION_MODELS_ENV = "CHATQ_VISION_MODELS"
-"""Comma-separated extra model names that take images (for self-hosted vision models)."""
-
 NO_KEY_PLACEHOLDER = "chatq-no-key"
 """Sent as the API key to an OpenAI-compatible server that needs none (vLLM, Ollama, a stub)."""
-
-_VISION_PATTERN = re.compile(r"^(gpt-4o|gpt-4\.1|gpt-5|o1|o3|o4|chatgpt-4o)|vision", re.IGNORECASE)
 
 
 def get_chat_model(model_name: str) -> BaseChatModel:
@@ -62,15 +56,3 @@ def _openai(model: str, base_url: str | None, api_key: str | None, timeout: floa
         max_retries=0,
         timeout=timeout,
     )
-
-
-def model_accepts_images(model_name: str) -> bool:
-    """True if `model_name` takes image inputs (known vision families, `CHATQ_VISION_MODELS`, echo)."""
-    name = model_name.strip()
-    if name == ECHO_MODEL:
-        return True  # echo takes anything and ignores the images
-    extra = {m.strip() for m in os.environ.get(VISION_MODELS_ENV, "").split(",") if m.strip()}
-    if name in extra:
-        return True
-    # Provider prefixes ("openai/gpt-4o") are common behind gateways such as LiteLLM or OpenRouter.
-    return bool(_VISION_PATTERN.search(name.rsplit("/", 1)[-1]))

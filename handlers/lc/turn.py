@@ -6,11 +6,7 @@ prompt, enforce the turn timeout the same way and fail the same way.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import threading
-import time
-from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,13 +15,14 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, Syst
 from langchain_core.messages.utils import message_chunk_to_message
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from handlers.base import AgentMessage, AgentSession, StreamEvent, StreamEventKind, Usage
-from handlers.errors import AgentInvocationError
+from handlers.base import AgentSession
+from handlers.deadline import Deadline
+from handlers.errors import EMPTY_REPLY, AgentInvocationError
 from handlers.history import History, build_history
-from handlers.lc.errors import TurnTimeout
+from handlers.images import model_accepts_images
 from handlers.lc.messages import content_text, payloads_to_langchain, user_message
-from handlers.lc.models import model_accepts_images
 from handlers.prompts import build_system_prompt
+from handlers.streaming import astream_from, final_result
 from worker.config import get_settings
 
 __all__ = [
@@ -39,39 +36,8 @@ __all__ = [
     "stream_model",
 ]
 
-EMPTY_REPLY = "The model returned an empty reply."
-
 ChatRunnable = Runnable[LanguageModelInput, Any]
 """A chat model, possibly with tools bound (`bind_tools` returns a Runnable, not a model)."""
-
-
-class Deadline:
-    """The turn timeout as a monotonic deadline, checked between streamed events and model calls.
-
-    It also carries a stop flag: a consumer that stops reading (a cancelled turn, a worker shutting
-    down) calls `stop()`, and work still running on LangGraph's threads ends at its next check
-    instead of streaming on until the timeout.
-    """
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.expires_at = time.monotonic() + seconds
-        self._stopped = threading.Event()
-
-    def remaining(self) -> float:
-        """Seconds left, never negative."""
-        return max(self.expires_at - time.monotonic(), 0.0)
-
-    def stop(self) -> None:
-        """Make every later `check()` fail: nobody is waiting for the result any more."""
-        self._stopped.set()
-
-    def check(self) -> None:
-        """Raise TurnTimeout once the deadline has passed, AgentInvocationError once stopped."""
-        if self._stopped.is_set():
-            raise AgentInvocationError("The invocation was stopped.")
-        if time.monotonic() >= self.expires_at:
-            raise TurnTimeout(f"The model did not answer within the turn timeout ({self.seconds:g} s).")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,10 +64,22 @@ def prepare_turn(
     reply_to: int | None,
     *,
     tools: Sequence[str] = (),
+    knowledge_bases: Sequence[str] = (),
+    knowledge_results: str | None = None,
 ) -> PreparedTurn:
-    """History (within the token budget), the system prompt and the user message for one invocation."""
+    """History (within the token budget), the system prompt and the user message for one invocation.
+
+    `knowledge_bases` are the session's (the prompt's knowledge-base policy); `knowledge_results`
+    is the search already run for this message by a handler that calls no tools.
+    """
     history = build_history(session, reply_to, text)
-    prompt = build_system_prompt(session, tools=tools, history_summary=history.summary)
+    prompt = build_system_prompt(
+        session,
+        tools=tools,
+        history_summary=history.summary,
+        knowledge_bases=knowledge_bases,
+        knowledge_results=knowledge_results,
+    )
     messages = payloads_to_langchain(history.messages)
     messages.append(user_message(text, images, accepts_images=model_accepts_images(model_name(session))))
     return PreparedTurn(system_prompt=SystemMessage(content=prompt), messages=messages, history=history)
@@ -141,59 +119,3 @@ def collect(chunks: Iterable[AIMessageChunk]) -> AIMessage:
 def is_empty(message: AIMessage) -> bool:
     """True for a completion with neither text nor tool calls, which chatq treats as a failure."""
     return not content_text(message.content).strip() and not message.tool_calls
-
-
-def final_result(events: Iterable[StreamEvent]) -> tuple[list[AgentMessage], Usage]:
-    """Run a handler's `stream()` to its end and return what its final event carries (for `invoke`)."""
-    for event in events:
-        if event.kind == StreamEventKind.FINAL:
-            return list(event.response), dict(event.usage or {})
-    raise AgentInvocationError(EMPTY_REPLY)
-
-
-_DONE = object()
-
-
-async def astream_from(
-    events: Callable[[], Generator[StreamEvent, None, None]],
-) -> AsyncGenerator[tuple[str, Usage], None]:
-    """Async (chunk, usage) tuples from a sync event stream run on its own thread.
-
-    The whole sync stream runs on one thread (LangChain keeps run context in context variables,
-    which must not hop between threads mid-stream); events cross to the event loop through a
-    queue. Text chunks come with `{}`; the last tuple is `("", usage)` with the totals.
-    """
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[Any] = asyncio.Queue()
-    stop = threading.Event()
-
-    def put(item: Any) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop closed under us: nobody is listening
-            loop.call_soon_threadsafe(queue.put_nowait, item)
-
-    def pump() -> None:
-        try:
-            with contextlib.closing(events()) as iterator:
-                for event in iterator:
-                    put(event)
-                    if stop.is_set():
-                        return
-        except BaseException as exc:  # handed to the consumer, which re-raises it
-            put(exc)
-        else:
-            put(_DONE)
-
-    threading.Thread(target=pump, name="chatq-astream", daemon=True).start()
-    try:
-        while True:
-            item = await queue.get()
-            if item is _DONE:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            if item.kind == StreamEventKind.TEXT and item.text:
-                yield item.text, {}
-            elif item.kind == StreamEventKind.FINAL:
-                yield "", dict(item.usage or {})
-    finally:
-        stop.set()

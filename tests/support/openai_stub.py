@@ -8,6 +8,10 @@ server never interfere:
     [calc: EXPR]           ask for calculator {"expression": EXPR}; after the tool result answer
                            f"The answer is {result}."
     [tool: NAME {json}]    ask for tool NAME with those args; likewise answered after its result
+                           (only a result of the stub's own call counts: a tool result the client
+                           added by itself, such as chatq's knowledge-base retrieval, does not)
+    [quote]                after a tool result, reply f"From the sources: {result}"
+    [answer: TEXT]         reply TEXT
     [loop: EXPR]           ask for calculator every time, even after results (recursion limits)
     [fail]                 HTTP 500, always
     [fail-once: KEY]       HTTP 500 the first time KEY is seen (server-wide), normal afterwards
@@ -105,6 +109,8 @@ class OpenAIStub:
         self._requests: list[dict[str, Any]] = []
         self._replies: list[dict[str, Any]] = []
         self._seen: dict[str, int] = {}
+        self._issued: set[str] = set()
+        """Ids of the tool calls this server asked for."""
         self._stopping = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -204,6 +210,26 @@ class OpenAIStub:
             self._seen[rule] = seen + 1
         return seen < times
 
+    def issue(self, call: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            self._issued.add(call["id"])
+        return call
+
+    def answered(self, messages: list[dict[str, Any]], name: str) -> bool:
+        """True if the last message is the result of a call of `name` that this stub asked for."""
+        last = messages[-1] if messages else {}
+        if last.get("role") != "tool":
+            return False
+        call_id = last.get("tool_call_id")
+        with self._lock:
+            if call_id not in self._issued:
+                return False
+        for message in reversed(messages):
+            for call in message.get("tool_calls") or ():
+                if call.get("id") == call_id:
+                    return bool((call.get("function") or {}).get("name") == name)
+        return False
+
     def wait(self, seconds: float) -> None:
         if seconds > 0:
             self._stopping.wait(seconds)
@@ -212,25 +238,31 @@ class OpenAIStub:
         last = messages[-1] if messages else {}
         after_tool = last.get("role") == "tool"
         d = script.directives
+        tool_name, _, raw_args = d.get("tool", "").partition(" ")
         reply = Reply()
         if "empty" in d:
             pass
         elif "loop" in d:
-            reply.tool_calls = [_tool_call("calculator", {"expression": d["loop"] or "1+1"})]
-        elif ("calc" in d or "tool" in d) and after_tool:
+            reply.tool_calls = [self.issue(_tool_call("calculator", {"expression": d["loop"] or "1+1"}))]
+        elif ("calc" in d and self.answered(messages, "calculator")) or (
+            "tool" in d and self.answered(messages, tool_name)
+        ):
             reply.content = f"The answer is {message_text(last)}."
         elif "calc" in d:
-            reply.tool_calls = [_tool_call("calculator", {"expression": d["calc"]})]
+            reply.tool_calls = [self.issue(_tool_call("calculator", {"expression": d["calc"]}))]
         elif "tool" in d:
-            name, _, raw_args = d["tool"].partition(" ")
             try:
                 args = json.loads(raw_args) if raw_args.strip() else {}
             except json.JSONDecodeError:
                 args = {"raw": raw_args}
-            reply.tool_calls = [_tool_call(name, args if isinstance(args, dict) else {"value": args})]
+            reply.tool_calls = [self.issue(_tool_call(tool_name, args if isinstance(args, dict) else {"value": args}))]
         elif "words" in d:
             count = int(d["words"]) if d["words"].isdigit() else 1
             reply.content = " ".join(f"w{i}" for i in range(1, count + 1))
+        elif "answer" in d:
+            reply.content = d["answer"]
+        elif "quote" in d and after_tool:
+            reply.content = f"From the sources: {message_text(last)}"
         else:
             reply.content = f"You said: {script.text}"
         prompt = sum(len(message_text(m).split()) + 4 for m in messages)

@@ -17,16 +17,18 @@ def _session(framework: str) -> SessionInfo:
 
 
 def test_framework_choices() -> None:
-    assert FRAMEWORK_CHOICES == [("none", "None"), ("langgraph", "LangGraph")]
+    assert FRAMEWORK_CHOICES == [("none", "None"), ("langgraph", "LangGraph"), ("plain_openai", "Plain OpenAI SDK")]
 
 
 def test_get_agent_handler_builds_the_adapter() -> None:
     from handlers.langgraph.handler import LangGraphHandler
     from handlers.none.handler import NoneHandler
+    from handlers.plain_openai.handler import PlainOpenAIHandler
 
     langgraph = get_agent_handler(_session("langgraph"))
     assert isinstance(langgraph, LangGraphHandler) and isinstance(langgraph, BaseAgentHandler)
     assert isinstance(get_agent_handler(_session("none")), NoneHandler)
+    assert isinstance(get_agent_handler(_session("plain_openai")), PlainOpenAIHandler)
 
 
 @pytest.mark.parametrize("framework", ["crewai", "", "LangGraph "])

@@ -1,0 +1,182 @@
+"""The benchmarks' OpenAI-compatible server: tests/support/openai_stub.py plus what benchmarks need.
+
+It runs as its own process (`python -m bench.stub`), so its CPU never counts as chatq's, and adds:
+
+- `[stamps: N]`: the reply is N chunks whose text is each chunk's send time (`time.time()`, then a
+  space), so a subscriber of chatq's stream events can compute chunk -> subscriber latency;
+- a listen backlog of 1024 (the stdlib default of 5 drops SYNs when 200 turns connect at once,
+  which would show up as a 1 s client retry that is the stub's fault, not chatq's);
+- `GET /_stats` -> `{"active", "peak", "requests"}` (concurrent requests now, their peak, total) and
+  `DELETE /_stats` to reset the peak and the total.
+
+Every other directive (`[sleep: S]`, `[slow: S]`, `[words: N]`, ...) behaves as in the test stub.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import threading
+import time
+import uuid
+from http.server import ThreadingHTTPServer
+from typing import Any
+
+from tests.support.openai_stub import OpenAIStub, Reply, Script, _completion, _Handler
+
+__all__ = ["BenchStub", "main"]
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024
+    daemon_threads = True
+    block_on_close = False
+
+
+class BenchStub(OpenAIStub):
+    """OpenAIStub with concurrency counters and the `[stamps: N]` directive."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.active = 0
+        self.peak = 0
+        self.total = 0
+
+    def start(self) -> BenchStub:
+        if self._server is not None:
+            return self
+        stub = self
+
+        class Handler(_BenchHandler):
+            owner = stub
+
+        server = _Server((self._host, self._port), Handler)
+        self._stopping.clear()
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, name="bench-stub", daemon=True)
+        self._thread.start()
+        return self
+
+    def record(self, body: dict[str, Any]) -> None:
+        pass  # a benchmark sends thousands of requests: keep no bodies
+
+    def record_reply(self, status: int, reply: Reply | None) -> None:
+        pass
+
+    def enter(self) -> None:
+        with self._lock:
+            self.active += 1
+            self.total += 1
+            self.peak = max(self.peak, self.active)
+
+    def leave(self) -> None:
+        with self._lock:
+            self.active -= 1
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {"active": self.active, "peak": self.peak, "requests": self.total}
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self.peak = self.active
+            self.total = 0
+
+
+class _BenchHandler(_Handler):
+    owner: BenchStub  # type: ignore[assignment]
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/") == "/_stats":
+            self._json(200, self.owner.stats())
+        else:
+            super().do_GET()
+
+    def do_DELETE(self) -> None:
+        if self.path.rstrip("/") == "/_stats":
+            self.owner.reset_stats()
+            self._json(200, {"reset": True})
+        else:
+            super().do_DELETE()
+
+    def do_POST(self) -> None:
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            super().do_POST()
+            return
+        self.owner.enter()
+        try:
+            self._post()
+        finally:
+            self.owner.leave()
+
+    def _post(self) -> None:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except (ValueError, json.JSONDecodeError):
+            self._json(400, {"error": {"message": "invalid JSON body"}})
+            return
+        owner = self.owner
+        messages = body.get("messages") or []
+        script = Script.parse(messages)
+        owner.wait(owner.latency + script.seconds("sleep"))
+        interval = max(owner.chunk_interval, script.seconds("slow"))
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        try:
+            if "stamps" in script.directives:
+                count = int(script.directives["stamps"]) if script.directives["stamps"].isdigit() else 1
+                self._stamps(body, count, interval, include_usage)
+                return
+            reply = owner.reply_for(messages, script)
+            if body.get("stream"):
+                self._stream(body, reply, interval, include_usage)
+            else:
+                self._json(200, _completion(body, reply))
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def _stamps(self, body: dict[str, Any], count: int, interval: float, include_usage: bool) -> None:
+        """Stream `count` chunks, each carrying the time it was written to the socket."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        cid, created, model = f"chatcmpl-{uuid.uuid4().hex[:12]}", int(time.time()), str(body.get("model"))
+
+        def send(choices: list[dict[str, Any]], **extra: Any) -> None:
+            chunk = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model}
+            chunk.update(choices=choices, **extra)
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
+
+        send([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+        for i in range(count):
+            if i:
+                self.owner.wait(interval)
+            send([{"index": 0, "delta": {"content": f"{time.time():.6f} "}, "finish_reason": None}])
+        send([{"index": 0, "delta": {}, "finish_reason": "stop"}])
+        if include_usage:
+            send([], usage={"prompt_tokens": 10, "completion_tokens": count, "total_tokens": 10 + count})
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="OpenAI-compatible stub for chatq benchmarks")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before the first byte")
+    parser.add_argument("--chunk-interval", type=float, default=0.0, help="seconds between streamed chunks")
+    args = parser.parse_args(argv)
+    stub = BenchStub(host=args.host, port=args.port, latency=args.latency, chunk_interval=args.chunk_interval)
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    with stub:
+        print(stub.base_url, flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            stopped.wait()
+
+
+if __name__ == "__main__":
+    main()

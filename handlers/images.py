@@ -1,0 +1,51 @@
+"""Images for models: which models take them, and image references as URLs (no framework imports)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import re
+
+__all__ = ["VISION_MODELS_ENV", "image_url", "model_accepts_images"]
+
+VISION_MODELS_ENV = "CHATQ_VISION_MODELS"
+"""Comma-separated extra model names that take images (for self-hosted vision models)."""
+
+_VISION_PATTERN = re.compile(r"^(gpt-4o|gpt-4\.1|gpt-5|o1|o3|o4|chatgpt-4o)|vision", re.IGNORECASE)
+
+_IMAGE_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+
+
+def model_accepts_images(model_name: str) -> bool:
+    """True if `model_name` takes image inputs (known vision families, `CHATQ_VISION_MODELS`, echo)."""
+    from worker.config import ECHO_MODEL
+
+    name = model_name.strip()
+    if name == ECHO_MODEL:
+        return True  # echo takes anything and ignores the images
+    extra = {m.strip() for m in os.environ.get(VISION_MODELS_ENV, "").split(",") if m.strip()}
+    if name in extra:
+        return True
+    # Provider prefixes ("openai/gpt-4o") are common behind gateways such as LiteLLM or OpenRouter.
+    return bool(_VISION_PATTERN.search(name.rsplit("/", 1)[-1]))
+
+
+def image_url(image: str) -> str:
+    """An image reference as a URL a model accepts: http(s) and data: URLs as given, bare base64 as a data: URL."""
+    ref = image.strip()
+    if ref.startswith(("http://", "https://", "data:")):
+        return ref
+    try:
+        head = base64.b64decode(ref[:64] + "=" * (-len(ref[:64]) % 4), validate=False)
+    except (binascii.Error, ValueError):
+        head = b""
+    mime = next((m for magic, m in _IMAGE_MAGIC if head.startswith(magic)), None)
+    if mime is None:
+        mime = "image/webp" if head[:4] == b"RIFF" and head[8:12] == b"WEBP" else "image/png"
+    return f"data:{mime};base64,{ref}"

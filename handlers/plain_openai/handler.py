@@ -1,0 +1,282 @@
+"""PlainOpenAIHandler: chat completions on the `openai` SDK, with chatq's tools, in a plain loop.
+
+    [knowledge bases attached: search first] -> model -(tool calls?)-> run tools -> model ... -> reply
+
+Everything framework-specific stays in this file: the shared modules give the history
+(`handlers.history`), the system prompt (`handlers.prompts`), the tools (`handlers.tools`), the
+knowledge-base step and citations (`handlers.knowledge`) and the turn timeout
+(`handlers.deadline`); this adapter only speaks the OpenAI wire format and converts the result to
+`AgentMessage` at the boundary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import re
+from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
+from typing import Any
+
+import openai
+
+from handlers.base import AgentMessage, BaseAgentHandler, StreamEvent, StreamEventKind, Usage, empty_usage
+from handlers.context import ToolContext
+from handlers.deadline import Deadline
+from handlers.errors import EMPTY_REPLY, AgentInvocationError, HandlerError
+from handlers.history import build_history
+from handlers.images import image_url, model_accepts_images
+from handlers.knowledge import choose_citations, retrieval_step, start_invocation
+from handlers.lc.errors import invocation_error  # maps `openai` SDK errors; imports no LangChain
+from handlers.prompts import build_system_prompt
+from handlers.streaming import astream_from, final_result
+from handlers.tokens import MESSAGE_OVERHEAD_TOKENS, count_tokens
+from handlers.tools import get_tool, run_tool, session_tool_names
+from worker.config import ECHO_MODEL, get_settings
+
+__all__ = ["MAX_MODEL_CALLS", "TOO_MANY_STEPS", "PlainOpenAIHandler"]
+
+MAX_MODEL_CALLS = 5
+"""Model calls per invocation: bounds a model that loops on tools (LangGraph's recursion limit of
+10 graph steps allows the same number)."""
+
+TOO_MANY_STEPS = "The agent stopped: too many tool steps without a final answer."
+NO_KEY_PLACEHOLDER = "chatq-no-key"
+_WORD = re.compile(r"\s*\S+\s*|\s+")
+
+
+class PlainOpenAIHandler(BaseAgentHandler):
+    """The `plain_openai` framework: the same behaviour as `langgraph`, without a framework."""
+
+    def invoke(
+        self, user_message: str, images: Sequence[str] | None = None, reply_to: int | None = None
+    ) -> tuple[list[AgentMessage], Usage]:
+        """The messages of this turn (assistant, tool, ..., final assistant) and usage."""
+        return final_result(self.stream(user_message, images, reply_to))
+
+    def astream(
+        self, user_message: str, images: Sequence[str] | None = None, reply_to: int | None = None
+    ) -> AsyncGenerator[tuple[str, Usage], None]:
+        """(chunk, usage) tuples; usage is `{}` until the last tuple, which carries the totals."""
+        return astream_from(lambda: self.stream(user_message, images, reply_to))
+
+    def stream(
+        self, user_message: str, images: Sequence[str] | None = None, reply_to: int | None = None
+    ) -> Generator[StreamEvent, None, None]:
+        """Text events as tokens arrive, tool started/finished events, then exactly one final event."""
+        timeout = get_settings().turn_timeout
+        deadline = Deadline(timeout)
+        model = (self.session.model or "").strip() or get_settings().default_model
+        produced: list[AgentMessage] = []
+        usage = empty_usage()
+        try:
+            invocation = start_invocation(self.session)
+            tools = session_tool_names((self.session.metadata_ or {}).get("tools"), invocation.knowledge_bases)
+            history = build_history(self.session, reply_to, user_message)
+            prompt = build_system_prompt(
+                self.session,
+                tools=tools,
+                history_summary=history.summary,
+                knowledge_bases=invocation.knowledge_bases,
+            )
+            messages: list[dict[str, Any]] = [{"role": "system", "content": prompt}]
+            messages.extend(_to_openai(m) for m in history.messages)
+            messages.append(_user_message(user_message, images, model))
+            if invocation.knowledge_bases:
+                # The first step of every question: search, as if the model had called the tool.
+                call, output = retrieval_step(invocation, user_message)
+                yield _tool_event(call, "started")
+                produced += _tool_round(messages, "", [call], [output])
+                yield _tool_event(call, "finished")
+            for _ in range(MAX_MODEL_CALLS):
+                step = yield from _complete(model, messages, tools, deadline)
+                for key in usage:
+                    usage[key] += step.usage.get(key, 0)
+                if not step.calls:
+                    if not step.text.strip():
+                        raise AgentInvocationError(EMPTY_REPLY)
+                    produced.append(AgentMessage(role="assistant", content=step.text))
+                    break
+                outputs: list[str] = []
+                for call in step.calls:
+                    deadline.check()
+                    yield _tool_event(call, "started")
+                    outputs.append(_run(call, tools, invocation))
+                    yield _tool_event(call, "finished")
+                produced += _tool_round(messages, step.text, step.calls, outputs)
+            else:
+                raise AgentInvocationError(TOO_MANY_STEPS)
+        except HandlerError:
+            raise  # AgentInvocationError as is; other HandlerErrors are bad input (not retried)
+        except Exception as exc:
+            raise invocation_error(exc, timeout=timeout) from exc
+        citations = choose_citations(invocation, produced[-1].content)
+        if citations:
+            produced[-1] = dataclasses.replace(produced[-1], citations=citations)
+        yield StreamEvent(kind=StreamEventKind.FINAL, response=produced, usage=usage)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Step:
+    """One model call: its text, the tool calls it asks for (`{"id", "name", "args"}`), its usage."""
+
+    text: str
+    calls: list[dict[str, Any]]
+    usage: Usage
+
+
+def _complete(
+    model: str, messages: list[dict[str, Any]], tools: Sequence[str], deadline: Deadline
+) -> Generator[StreamEvent, None, _Step]:
+    """Stream one chat completion, yielding its text as it comes; returns the whole step."""
+    deadline.check()
+    if model == ECHO_MODEL:
+        return (yield from _echo(messages))
+    request: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        # The rest of the turn's time: a silent server is cut off by the HTTP client.
+        "timeout": max(deadline.remaining(), 0.01),
+    }
+    if tools:
+        request["tools"] = [_tool_spec(name) for name in tools]
+    text: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    usage = empty_usage()
+    stream: Any = _client().chat.completions.create(**request)
+    try:
+        for chunk in stream:
+            deadline.check()  # a server that trickles tokens forever is cut off too
+            if chunk.usage is not None:
+                usage = {
+                    "prompt_tokens": chunk.usage.prompt_tokens or 0,
+                    "completion_tokens": chunk.usage.completion_tokens or 0,
+                    "total_tokens": chunk.usage.total_tokens or 0,
+                }
+            for choice in chunk.choices:
+                delta = choice.delta
+                if delta.content:
+                    text.append(delta.content)
+                    yield StreamEvent(kind=StreamEventKind.TEXT, text=delta.content)
+                for part in delta.tool_calls or ():
+                    call = calls.setdefault(part.index, {"id": "", "name": "", "arguments": ""})
+                    call["id"] = part.id or call["id"]
+                    if part.function is not None:
+                        call["name"] += part.function.name or ""
+                        call["arguments"] += part.function.arguments or ""
+    finally:
+        stream.close()
+    return _Step(
+        text="".join(text),
+        calls=[_parse_call(calls[index]) for index in sorted(calls)],
+        usage=usage,
+    )
+
+
+def _echo(messages: list[dict[str, Any]]) -> Generator[StreamEvent, None, _Step]:
+    """chatq's offline `echo` model: the user's text back, word by word, with offline token counts."""
+    last_user = next((m for m in reversed(messages) if m["role"] == "user"), {"content": ""})
+    content = last_user["content"]
+    reply = content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
+    reply = reply or "(empty message)"
+    for word in _WORD.findall(reply):
+        yield StreamEvent(kind=StreamEventKind.TEXT, text=word)
+    prompt = sum(count_tokens(str(m.get("content") or "")) + MESSAGE_OVERHEAD_TOKENS for m in messages)
+    completion = count_tokens(reply)
+    usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    return _Step(text=reply, calls=[], usage=usage)
+
+
+def _parse_call(raw: Mapping[str, str]) -> dict[str, Any]:
+    try:
+        args: Any = json.loads(raw["arguments"] or "{}")
+    except json.JSONDecodeError:
+        args = None
+    return {"id": raw["id"], "name": raw["name"], "args": args if isinstance(args, dict) else None}
+
+
+def _run(call: Mapping[str, Any], tools: Sequence[str], invocation: ToolContext) -> str:
+    """Run one tool call through the registry; every failure is an `Error: ...` result for the model."""
+    if call["name"] not in tools:
+        return f"Error: unknown tool {call['name']!r}. Use only the tools you were given."
+    if call["args"] is None:
+        return "Error: the arguments are not a JSON object."
+    # run_tool gives the tool its turn (session, knowledge bases, call id) and records paid calls.
+    return run_tool(call["name"], call["args"], context=invocation.for_call(call["id"]))
+
+
+def _tool_round(
+    messages: list[dict[str, Any]], text: str, calls: Sequence[Mapping[str, Any]], outputs: Sequence[str]
+) -> list[AgentMessage]:
+    """Add an assistant tool-call message and its results to the conversation; return them as AgentMessages."""
+    neutral = [{"id": c["id"], "name": c["name"], "args": c["args"] or {}} for c in calls]
+    messages.append(_to_openai({"role": "assistant", "content": text, "tool_calls": neutral}))
+    produced = [AgentMessage(role="assistant", content=text, tool_calls=neutral)]
+    for call, output in zip(calls, outputs, strict=True):
+        messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
+        produced.append(AgentMessage(role="tool", content=output, tool_call_id=call["id"]))
+    return produced
+
+
+def _tool_event(call: Mapping[str, Any], status: str) -> StreamEvent:
+    return StreamEvent(kind=StreamEventKind.TOOL, tool={"id": call["id"], "name": call["name"], "status": status})
+
+
+def _tool_spec(name: str) -> dict[str, Any]:
+    tool = get_tool(name)
+    return {
+        "type": "function",
+        "function": {"name": tool.name, "description": tool.description, "parameters": dict(tool.parameters)},
+    }
+
+
+def _to_openai(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """A framework-neutral message dict (`handlers.history`) in the OpenAI chat format."""
+    role = payload["role"]
+    content = payload.get("content") or ""
+    if role == "assistant" and payload.get("tool_calls"):
+        return {
+            "role": "assistant",
+            "content": content or None,
+            "tool_calls": [
+                {
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": json.dumps(call.get("args") or {})},
+                }
+                for call in payload["tool_calls"]
+            ],
+        }
+    if role == "tool":
+        return {"role": "tool", "tool_call_id": payload.get("tool_call_id") or "", "content": content}
+    return {"role": role, "content": content}
+
+
+def _user_message(text: str, images: Sequence[str] | None, model: str) -> dict[str, Any]:
+    """The turn's user message; images as image_url parts for models that take them, else a note."""
+    refs = [i for i in images or () if isinstance(i, str) and i.strip()]
+    if not refs:
+        return {"role": "user", "content": text}
+    if not model_accepts_images(model):
+        noun = "image was" if len(refs) == 1 else "images were"
+        note = f"[{len(refs)} {noun} attached, but this model does not accept images.]"
+        return {"role": "user", "content": f"{text}\n\n{note}" if text else note}
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    parts.extend({"type": "image_url", "image_url": {"url": image_url(i)}} for i in refs)
+    return {"role": "user", "content": parts}
+
+
+def _client() -> openai.OpenAI:
+    settings = get_settings()
+    if not settings.openai_api_key and not settings.openai_base_url:
+        raise AgentInvocationError("This model needs OPENAI_API_KEY or OPENAI_BASE_URL; use 'echo' to run offline.")
+    return _cached_client(settings.openai_base_url, settings.openai_api_key, settings.turn_timeout)
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_client(base_url: str | None, api_key: str | None, timeout: float) -> openai.OpenAI:
+    # One client (and connection pool) per process and configuration. chatq retries a failed
+    # invocation itself, with events; a hidden SDK retry would double the wait and break the timeout.
+    return openai.OpenAI(base_url=base_url, api_key=api_key or NO_KEY_PLACEHOLDER, max_retries=0, timeout=timeout)
