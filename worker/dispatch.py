@@ -6,7 +6,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kombu.exceptions import OperationalError as KombuOperationalError
 from redis import RedisError
@@ -14,6 +14,9 @@ from redis import RedisError
 from worker.config import mask_secrets
 from worker.events import get_redis
 from worker.payload import TASK_NAME, redacted_kwargs
+
+if TYPE_CHECKING:
+    from worker.turns import NextTurn
 
 log = logging.getLogger(__name__)
 
@@ -82,15 +85,8 @@ def send_turn(message: Mapping[str, Any], *, queue: str, countdown: float | None
     return True
 
 
-def kick_next(session_id: uuid.UUID) -> None:
-    """Send the session's next queued turn now, so it never waits for the sweeper."""
-    from worker import turns
-
-    try:
-        nxt = turns.next_runnable(session_id)
-    except Exception as exc:  # the sweeper covers this; never fail a finished turn over it
-        log.warning("session %s: could not look up the next turn: %s", session_id, mask_secrets(str(exc)))
-        return
+def send_next(nxt: NextTurn | None) -> None:
+    """Send a session's next turn (found when the previous one ended), so it never waits for the sweeper."""
     if nxt is None:
         return
     message = {
@@ -101,3 +97,15 @@ def kick_next(session_id: uuid.UUID) -> None:
         "reply_to": nxt.reply_to,
     }
     send_turn(message, queue=nxt.queue)
+
+
+def kick_next(session_id: uuid.UUID) -> None:
+    """Look up and send the session's next queued turn (for paths that ended a turn elsewhere)."""
+    from worker import turns
+
+    try:
+        nxt = turns.next_runnable(session_id)
+    except Exception as exc:  # the sweeper covers this; never fail a finished turn over it
+        log.warning("session %s: could not look up the next turn: %s", session_id, mask_secrets(str(exc)))
+        return
+    send_next(nxt)

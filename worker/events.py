@@ -134,6 +134,8 @@ class TurnEvents:
         self.retention = retention or get_settings().event_retention
         self._channel = session_channel(self.session_id)
         self._down_until = 0.0
+        self._expiry_set = False
+        self._seq_lock = threading.Lock()
         self._stream = turn_stream(self.turn_id)
 
     @classmethod
@@ -144,14 +146,16 @@ class TurnEvents:
 
     def build(self, type_: EventType, attempt: int, **fields: Any) -> dict[str, Any]:
         """The next event as a dict, consuming one `seq`."""
-        self.seq += 1
+        with self._seq_lock:
+            self.seq += 1
+            seq = self.seq
         event: dict[str, Any] = {
             "v": EVENT_VERSION,
             "type": type_.value,
             "session_id": self.session_id,
             "turn_id": self.turn_id,
             "attempt": attempt,
-            "seq": self.seq,
+            "seq": seq,
             "ts": round(time.time(), 3),
         }
         event.update(fields)
@@ -181,7 +185,10 @@ class TurnEvents:
             for payload in payloads:
                 pipe.publish(self._channel, payload)
                 pipe.xadd(self._stream, {"event": payload})
-            pipe.expire(self._stream, self.retention)
+            # The retention clock is set with the first event (a turn whose worker dies still
+            # expires) and restarted by the terminal one; events in between need not touch it.
+            if terminal or not self._expiry_set:
+                pipe.expire(self._stream, self.retention)
             pipe.execute()
         except redis.RedisError as exc:
             self._down_until = time.monotonic() + 1.0
@@ -194,6 +201,7 @@ class TurnEvents:
             )
             return False
         self._down_until = 0.0
+        self._expiry_set = True
         return True
 
 
@@ -201,7 +209,9 @@ class TextCoalescer:
     """Merges text chunks that arrive within a short window into one `text` event.
 
     The first chunk of a turn is never delayed (time to first token matters most); after that,
-    chunks are held at most `window` seconds. A window of 0 sends every chunk as it comes.
+    chunks are held at most `window` seconds, also when the model pauses: a process-wide flusher
+    thread publishes held text once its window has passed. A window of 0 sends every chunk as it
+    comes (the default).
     """
 
     def __init__(self, events: TurnEvents, attempt: int, window: float) -> None:
@@ -209,26 +219,44 @@ class TextCoalescer:
         self.attempt = attempt
         self.window = window
         self._buffer: list[str] = []
-        self._first_at = 0.0
+        self._deadline = 0.0
         self._sent_any = False
+        self._lock = threading.Lock()
         self.messages_sent = 0
 
     def add(self, text: str) -> None:
         """Take the next chunk; publish now or hold it for the window."""
         if not text:
             return
-        if self.window <= 0 or not self._sent_any:
-            self._sent_any = True
-            self._emit(text)
-            return
-        if not self._buffer:
-            self._first_at = time.monotonic()
-        self._buffer.append(text)
-        if time.monotonic() - self._first_at >= self.window:
-            self.flush()
+        with self._lock:
+            if self.window <= 0 or not self._sent_any:
+                self._sent_any = True
+                self._emit(text)
+                return
+            if not self._buffer:
+                self._deadline = time.monotonic() + self.window
+                _flusher().watch(self)
+            self._buffer.append(text)
+            if time.monotonic() >= self._deadline:
+                self._flush_locked()
 
     def flush(self) -> None:
-        """Publish what is held (call before any non-text event)."""
+        """Publish what is held (call before any non-text event and at the end)."""
+        with self._lock:
+            self._flush_locked()
+
+    def due_at(self) -> float:
+        """When the held text must be published (monotonic clock)."""
+        return self._deadline
+
+    def flush_if_due(self, now: float) -> bool:
+        """Publish held text whose window has passed; True once nothing is held."""
+        with self._lock:
+            if self._buffer and now >= self._deadline:
+                self._flush_locked()
+            return not self._buffer
+
+    def _flush_locked(self) -> None:
         if self._buffer:
             text = "".join(self._buffer)
             self._buffer.clear()
@@ -237,3 +265,49 @@ class TextCoalescer:
     def _emit(self, text: str) -> None:
         self.messages_sent += 1
         self.events.publish(EventType.TEXT, self.attempt, text=text)
+
+
+class _Flusher:
+    """One thread per process that publishes coalesced text when its window expires."""
+
+    def __init__(self) -> None:
+        self._pending: set[TextCoalescer] = set()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chatq-text-flusher", daemon=True)
+        self._thread.start()
+
+    def watch(self, coalescer: TextCoalescer) -> None:
+        with self._lock:
+            self._pending.add(coalescer)
+        self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                pending = list(self._pending)
+            if not pending:
+                self._wake.wait()
+                self._wake.clear()
+                continue
+            # Sleep until the earliest window ends; a newly watched coalescer wakes us early.
+            wait = min(c.due_at() for c in pending) - time.monotonic()
+            if wait > 0 and self._wake.wait(wait):
+                self._wake.clear()
+                continue
+            now = time.monotonic()
+            done = [c for c in pending if c.flush_if_due(now)]
+            with self._lock:
+                self._pending.difference_update(done)
+
+
+_flushers: dict[int, _Flusher] = {}
+
+
+def _flusher() -> _Flusher:
+    pid = os.getpid()
+    with _clients_lock:
+        if pid not in _flushers:
+            _flushers.clear()
+            _flushers[pid] = _Flusher()
+        return _flushers[pid]

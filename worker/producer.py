@@ -129,22 +129,15 @@ def submit_turn(
         reply_to=validate_reply_to(reply_to),
     )
     cancelled: list[uuid.UUID] = []
-    with session_scope() as db:
-        turns.lock_session(db, request.session_id)
-        existing = db.get(Turn, request.turn_id)
-        if existing is not None:
-            return _resubmission(db, existing, request)
-        active = db.execute(
-            select(Turn).where(Turn.session_id == request.session_id, Turn.status.in_(ACTIVE_STATUSES))
-        ).scalars()
-        active_turns = list(active)
-        if active_turns and busy_policy is IfBusy.REJECT:
-            raise SessionBusy(f"session {request.session_id} is busy with {len(active_turns)} unfinished turn(s)")
-        if busy_policy is IfBusy.INTERRUPT:
-            for other in active_turns:
-                _request_cancel(db, other)
-                cancelled.append(other.id)
-        position = turns.insert_turn(db, request, queue=queue)
+    try:
+        with session_scope() as db:
+            # Taking the position locks the session row: concurrent submits queue up here.
+            position = turns.allocate_position(db, request.session_id)
+            if busy_policy is not IfBusy.ENQUEUE:
+                cancelled = _apply_busy_policy(db, request.session_id, busy_policy)
+            turns.add_turn(db, request, position=position, queue=queue)
+    except turns.TurnExists:
+        return _resubmission(request)
     for other_id in cancelled:
         _announce_cancel(other_id)
     events = TurnEvents(session_id=request.session_id, turn_id=request.turn_id)
@@ -161,12 +154,26 @@ def submit_turn(
     )
 
 
-def _resubmission(db: Any, existing: Turn, request: TurnRequest) -> SubmittedTurn:
+def _apply_busy_policy(db: Any, session_id: uuid.UUID, policy: IfBusy) -> list[uuid.UUID]:
+    """reject/interrupt against the session's unfinished turns (the caller holds the session lock)."""
+    active = list(
+        db.execute(select(Turn).where(Turn.session_id == session_id, Turn.status.in_(ACTIVE_STATUSES))).scalars()
+    )
+    if active and policy is IfBusy.REJECT:
+        raise SessionBusy(f"session {session_id} is busy with {len(active)} unfinished turn(s)")
+    for other in active:
+        _request_cancel(db, other)
+    return [other.id for other in active]
+
+
+def _resubmission(request: TurnRequest) -> SubmittedTurn:
     """The same turn id again: fine if it is the same turn (idempotent), an error otherwise."""
-    user = db.execute(
-        select(ChatMessage.content).where(ChatMessage.turn_id == existing.id, ChatMessage.role == "user")
-    ).scalar_one_or_none()
-    if existing.session_id != request.session_id or user != request.content:
+    with session_scope() as db:
+        existing = db.get(Turn, request.turn_id)
+        user = db.execute(
+            select(ChatMessage.content).where(ChatMessage.turn_id == request.turn_id, ChatMessage.role == "user")
+        ).scalar_one_or_none()
+    if existing is None or existing.session_id != request.session_id or user != request.content:
         raise TurnConflict(f"turn {request.turn_id} already exists with a different session or content")
     return SubmittedTurn(
         turn_id=existing.id, session_id=existing.session_id, position=existing.position, created=False, sent=False

@@ -23,7 +23,7 @@ from handlers.errors import AgentInvocationError, HandlerError, UnknownFramework
 from models.tables import TurnStatus
 from worker import metrics, turns
 from worker.config import get_settings, mask_secrets
-from worker.dispatch import kick_next, mark_taken, send_turn
+from worker.dispatch import kick_next, mark_taken, send_next, send_turn
 from worker.errors import InvalidTurn
 from worker.events import EventType, TextCoalescer, TurnEvents
 from worker.leases import TurnLease, get_lease_keeper, handing_back
@@ -142,11 +142,12 @@ def _run_claimed(claim: turns.Claim) -> Result:
         with running_turn(claim.turn_id, claim.attempt):
             messages, usage = run_handler(claim, events, lease, started=started)
     except TurnCancelled:
-        if turns.finish_turn(claim, TurnStatus.CANCELLED):
+        ended = turns.finish_turn(claim, TurnStatus.CANCELLED)
+        if ended.stored:
             metrics.TURNS.labels("cancelled").inc()
             events.publish(EventType.CANCELLED, claim.attempt)
             log.info("turn %s session %s: cancelled while running", claim.turn_id, claim.session.id)
-            kick_next(claim.session.id)
+            send_next(ended.next_turn)
         return Result(outcome=Outcome.CANCELLED, attempt=claim.attempt)
     except HandBack:
         return hand_back(claim, events)
@@ -173,7 +174,8 @@ def _run_claimed(claim: turns.Claim) -> Result:
         return fail(claim, events, "the agent failed unexpectedly (internal error)")
     finally:
         keeper.unregister(lease)
-    if not turns.complete_turn(claim, messages, usage):
+    completed = turns.complete_turn(claim, messages, usage)
+    if not completed.stored:
         log.warning("turn %s: lease lost before the reply was stored; another attempt owns it", claim.turn_id)
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     framework = claim.session.agent_framework
@@ -195,7 +197,7 @@ def _run_claimed(claim: turns.Claim) -> Result:
         len(messages),
         usage.get("total_tokens", 0),
     )
-    kick_next(claim.session.id)
+    send_next(completed.next_turn)
     return Result(outcome=Outcome.SUCCEEDED, attempt=claim.attempt)
 
 
@@ -310,13 +312,14 @@ def handle_agent_failure(claim: turns.Claim, events: TurnEvents, exc: AgentInvoc
 
 def fail(claim: turns.Claim, events: TurnEvents, error: str) -> Result:
     """End the turn as failed with a user-visible error."""
-    if not turns.finish_turn(claim, TurnStatus.FAILED, error):
+    ended = turns.finish_turn(claim, TurnStatus.FAILED, error)
+    if not ended.stored:
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     events.publish(EventType.ERROR, claim.attempt, error=error)
     log.warning(
         "turn %s session %s: failed after attempt %d: %s", claim.turn_id, claim.session.id, claim.attempt, error
     )
-    kick_next(claim.session.id)
+    send_next(ended.next_turn)
     return Result(outcome=Outcome.FAILED, attempt=claim.attempt)
 
 

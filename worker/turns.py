@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import and_, exists, func, insert, or_, select, update
+from sqlalchemy import and_, exists, func, insert, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -130,14 +130,29 @@ def check_reply_to(db: Session, session_id: uuid.UUID, reply_to: int | None) -> 
         raise InvalidTurn(f"reply_to {reply_to} is a {role} message; it must be a user message")
 
 
-def insert_turn(db: Session, request: TurnRequest, *, queue: str) -> int:
-    """Add a queued turn and its user message under the session lock; returns the turn's position."""
-    session_row = lock_session(db, request.session_id)
+class TurnExists(Exception):
+    """The turn id is taken (a resubmission, or a duplicate message racing this one)."""
+
+
+def allocate_position(db: Session, session_id: uuid.UUID) -> int:
+    """Take the session's next turn position; the update also locks the session row until commit."""
+    position = db.execute(
+        update(ChatSession)
+        .where(ChatSession.id == session_id)
+        .values(next_turn_position=ChatSession.next_turn_position + 1)
+        .returning(ChatSession.next_turn_position - 1)
+    ).scalar_one_or_none()
+    if position is None:
+        raise SessionNotFound(f"session {session_id} does not exist")
+    return int(position)
+
+
+def add_turn(db: Session, request: TurnRequest, *, position: int, queue: str) -> None:
+    """Insert a queued turn and its user message; raises TurnExists if the id is taken."""
     check_reply_to(db, request.session_id, request.reply_to)
-    position = session_row.next_turn_position
-    session_row.next_turn_position = position + 1
-    db.execute(
-        insert(Turn).values(
+    inserted = db.execute(
+        pg_insert(Turn)
+        .values(
             id=request.turn_id,
             session_id=request.session_id,
             position=position,
@@ -145,7 +160,11 @@ def insert_turn(db: Session, request: TurnRequest, *, queue: str) -> int:
             queue=queue,
             reply_to=request.reply_to,
         )
-    )
+        .on_conflict_do_nothing(index_elements=[Turn.id])
+        .returning(Turn.id)
+    ).scalar_one_or_none()
+    if inserted is None:
+        raise TurnExists(str(request.turn_id))
     db.execute(
         insert(ChatMessage).values(
             session_id=request.session_id,
@@ -156,22 +175,24 @@ def insert_turn(db: Session, request: TurnRequest, *, queue: str) -> int:
             images=list(request.images) if request.images else None,
         )
     )
+
+
+def insert_turn(db: Session, request: TurnRequest, *, queue: str) -> int:
+    """Add a queued turn and its user message under the session lock; returns the turn's position."""
+    position = allocate_position(db, request.session_id)
+    add_turn(db, request, position=position, queue=queue)
     return position
 
 
 def ensure_turn(request: TurnRequest, *, queue: str) -> bool:
     """Insert a turn that arrived only through Redis; True if it was inserted now."""
-    with session_scope() as db:
-        if db.get(Turn, request.turn_id) is not None:
-            return False
-        ensure_session(db, request.session_id)
-        db.flush()
-        lock_session(db, request.session_id)
-        # Re-check under the lock: two copies of the same message may race to insert.
-        if db.get(Turn, request.turn_id) is not None:
-            return False
-        insert_turn(db, request, queue=queue)
-        return True
+    try:
+        with session_scope() as db:
+            ensure_session(db, request.session_id)
+            insert_turn(db, request, queue=queue)
+    except TurnExists:
+        return False
+    return True
 
 
 def turn_exists(turn_id: uuid.UUID) -> bool:
@@ -180,8 +201,92 @@ def turn_exists(turn_id: uuid.UUID) -> bool:
         return db.get(Turn, turn_id) is not None
 
 
+# The common case in one round trip: lock the session row, then take the turn if it is queued, not
+# cancelled, not poisoned and first in line. Anything else falls back to `_claim_slow`, which finds
+# out why (busy, blocked, cancelled, poisoned, an expired lease to take over, not found).
+_FAST_CLAIM = text(
+    """
+    WITH locked AS (
+        SELECT s.id, s.agent_framework, s.model, s.system_prompt, s.metadata
+        FROM chat_sessions s
+        WHERE s.id = (SELECT session_id FROM turns WHERE id = :turn_id)
+        FOR NO KEY UPDATE
+    ),
+    claimed AS (
+        UPDATE turns t
+        SET status = 'running',
+            attempts = t.attempts + 1,
+            deliveries = t.deliveries + 1,
+            lease_token = :token,
+            lease_expires_at = clock_timestamp() + make_interval(secs => :lease_seconds),
+            worker = :worker,
+            started_at = coalesce(t.started_at, clock_timestamp())
+        FROM locked
+        WHERE t.id = :turn_id
+          AND t.session_id = locked.id
+          AND t.status = 'queued'
+          AND NOT t.cancel_requested
+          AND t.deliveries < :max_deliveries
+          AND NOT EXISTS (
+              SELECT 1 FROM turns e
+              WHERE e.session_id = t.session_id AND e.position < t.position AND e.status IN ('queued', 'running')
+          )
+        RETURNING t.id, t.session_id, t.position, t.attempts, t.deliveries, t.reply_to, t.queue
+    )
+    SELECT claimed.*, locked.agent_framework, locked.model, locked.system_prompt, locked.metadata,
+           m.content, m.images
+    FROM claimed
+    JOIN locked ON true
+    JOIN chat_messages m ON m.turn_id = claimed.id AND m.role = 'user'
+    """
+)
+
+
 def claim_turn(turn_id: uuid.UUID, *, worker: str) -> ClaimResult:
     """Take a turn for running, if it is this turn's go. See the module docstring."""
+    settings = get_settings()
+    token = uuid.uuid4()
+    with session_scope() as db:
+        row = (
+            db.execute(
+                _FAST_CLAIM,
+                {
+                    "turn_id": turn_id,
+                    "token": token,
+                    "lease_seconds": settings.lease_seconds,
+                    "worker": worker[:255],
+                    "max_deliveries": settings.max_deliveries,
+                },
+            )
+            .mappings()
+            .one_or_none()
+        )
+    if row is not None:
+        session = SessionInfo(
+            id=row["session_id"],
+            agent_framework=row["agent_framework"],
+            model=row["model"],
+            system_prompt=row["system_prompt"],
+            metadata_=dict(row["metadata"] or {}),
+        )
+        claim = Claim(
+            turn_id=turn_id,
+            session=session,
+            position=row["position"],
+            attempt=row["attempts"],
+            deliveries=row["deliveries"],
+            lease_token=token,
+            content=row["content"],
+            images=tuple(row["images"]) if row["images"] else None,
+            reply_to=row["reply_to"],
+            queue=row["queue"],
+        )
+        return ClaimResult(status=ClaimStatus.CLAIMED, claim=claim)
+    return _claim_slow(turn_id, worker=worker)
+
+
+def _claim_slow(turn_id: uuid.UUID, *, worker: str) -> ClaimResult:
+    """The claim with every case spelled out (see `_FAST_CLAIM`)."""
     settings = get_settings()
     with session_scope() as db:
         session_id = db.execute(select(Turn.session_id).where(Turn.id == turn_id)).scalar_one_or_none()
@@ -257,8 +362,18 @@ def _owned(claim: Claim) -> Any:
     return and_(Turn.id == claim.turn_id, Turn.status == TurnStatus.RUNNING, Turn.lease_token == claim.lease_token)
 
 
-def complete_turn(claim: Claim, messages: Sequence[AgentMessage], usage: Usage) -> bool:
-    """Store the reply and usage in one transaction; False (nothing written) if the lease was lost."""
+@dataclass(frozen=True, kw_only=True)
+class Finished:
+    """The outcome of ending an owned turn."""
+
+    stored: bool
+    """False when the lease was lost: nothing was written."""
+    next_turn: NextTurn | None = None
+    """The session's next queued turn, to send now (found in the same transaction)."""
+
+
+def complete_turn(claim: Claim, messages: Sequence[AgentMessage], usage: Usage) -> Finished:
+    """Store the reply and usage in one transaction, once; not stored if the lease was lost."""
     if len(messages) >= MESSAGE_POSITION_STRIDE:
         raise InvalidTurn(f"the agent produced {len(messages)} messages, more than one turn can hold")
     with session_scope() as db:
@@ -278,7 +393,7 @@ def complete_turn(claim: Claim, messages: Sequence[AgentMessage], usage: Usage) 
             .returning(Turn.id)
         ).scalar_one_or_none()
         if done is None:
-            return False
+            return Finished(stored=False)
         base = claim.position * MESSAGE_POSITION_STRIDE
         db.execute(
             insert(ChatMessage),
@@ -296,11 +411,11 @@ def complete_turn(claim: Claim, messages: Sequence[AgentMessage], usage: Usage) 
                 for index, message in enumerate(messages, start=1)
             ],
         )
-        return True
+        return Finished(stored=True, next_turn=next_in(db, claim.session.id))
 
 
-def finish_turn(claim: Claim, status: TurnStatus, error: str | None = None) -> bool:
-    """End an owned turn as failed or cancelled; False if the lease was lost."""
+def finish_turn(claim: Claim, status: TurnStatus, error: str | None = None) -> Finished:
+    """End an owned turn as failed or cancelled; not stored if the lease was lost."""
     with session_scope() as db:
         done = db.execute(
             update(Turn)
@@ -310,7 +425,9 @@ def finish_turn(claim: Claim, status: TurnStatus, error: str | None = None) -> b
             )
             .returning(Turn.id)
         ).scalar_one_or_none()
-        return done is not None
+        if done is None:
+            return Finished(stored=False)
+        return Finished(stored=True, next_turn=next_in(db, claim.session.id))
 
 
 def requeue_turn(claim: Claim, *, error: str | None = None, hand_back: bool = False) -> bool:
@@ -356,20 +473,41 @@ class NextTurn:
     """Its reply_to."""
 
 
+_NEXT_RUNNABLE = text(
+    """
+    UPDATE turns t SET enqueued_at = clock_timestamp()
+    FROM chat_messages m
+    WHERE t.id = (
+            SELECT id FROM turns
+            WHERE session_id = :session_id AND status IN ('queued', 'running')
+            ORDER BY position LIMIT 1
+        )
+      AND t.status = 'queued'
+      AND m.turn_id = t.id AND m.role = 'user'
+    RETURNING t.id, t.session_id, t.queue, t.reply_to, m.content, m.images
+    """
+)
+
+
+def next_in(db: Session, session_id: uuid.UUID) -> NextTurn | None:
+    """The session's head turn if it is queued (nothing runs before it), marked as sent now."""
+    row = db.execute(_NEXT_RUNNABLE, {"session_id": session_id}).mappings().one_or_none()
+    if row is None:
+        return None
+    return NextTurn(
+        turn_id=row["id"],
+        session_id=row["session_id"],
+        queue=row["queue"],
+        content=row["content"],
+        images=list(row["images"]) if row["images"] else None,
+        reply_to=row["reply_to"],
+    )
+
+
 def next_runnable(session_id: uuid.UUID) -> NextTurn | None:
-    """The session's head turn if it is queued and nothing runs before it; marks it as re-sent."""
+    """`next_in` in a transaction of its own."""
     with session_scope() as db:
-        head = db.execute(
-            select(Turn)
-            .where(Turn.session_id == session_id, Turn.status.in_(ACTIVE_STATUSES))
-            .order_by(Turn.position)
-            .limit(1)
-            .with_for_update(skip_locked=True)
-        ).scalar_one_or_none()
-        if head is None or head.status is not TurnStatus.QUEUED:
-            return None
-        head.enqueued_at = func.now()
-        return _next_turn(db, head)
+        return next_in(db, session_id)
 
 
 def _next_turn(db: Session, turn: Turn) -> NextTurn:

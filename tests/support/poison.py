@@ -36,7 +36,6 @@ def died_marker(key: str) -> Path:
     return Path(tempfile.gettempdir()) / f"chatq-test-died-{key}"
 
 
-@task_prerun.connect
 def _die_before_start(kwargs: dict[str, Any] | None = None, **_: Any) -> None:
     match = DIE_BEFORE_START.search(str((kwargs or {}).get("content") or ""))
     if match is None:
@@ -49,11 +48,19 @@ def _die_before_start(kwargs: dict[str, Any] | None = None, **_: Any) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-register_tool(
-    Tool(
-        name=TOOL_NAME,
-        description="Test tool: kills the worker process that runs it (fault tests only).",
-        func=self_destruct,
-    ),
-    replace=True,
-)
+def _install() -> None:
+    task_prerun.connect(_die_before_start, weak=False)
+    register_tool(
+        Tool(
+            name=TOOL_NAME,
+            description="Test tool: kills the worker process that runs it (fault tests only).",
+            func=self_destruct,
+        ),
+        replace=True,
+    )
+
+
+# Only a worker started with CHATQ_PLUGINS=tests.support.poison gets the deadly tool and hook; a
+# test process importing this module for its names must not (its handler tests list the tools).
+if __name__ in os.environ.get("CHATQ_PLUGINS", "").split(","):
+    _install()

@@ -68,3 +68,20 @@ def test_text_coalescing_never_delays_the_first_chunk_and_merges_the_rest(chatq_
     texts = [json.loads(f[b"event"])["text"] for _i, f in client.xrange(turn_stream(turn_id))]
     assert texts == ["a", "bcd"] and coalescer.messages_sent == 2
     assert "".join(texts) == "abcd"
+
+
+def test_held_text_is_published_when_its_window_passes_even_if_the_model_pauses(chatq_env: dict[str, str]) -> None:
+    client = redis.Redis.from_url(chatq_env["REDIS_URL"])
+    turn_id = uuid.uuid4()
+    events = TurnEvents(session_id=uuid.uuid4(), turn_id=turn_id, client=client)
+    coalescer = TextCoalescer(events, 1, window=0.05)
+    coalescer.add("first ")
+    coalescer.add("held")
+    deadline = time.monotonic() + 2
+    texts: list[str] = []
+    while time.monotonic() < deadline:
+        texts = [json.loads(f[b"event"])["text"] for _i, f in client.xrange(turn_stream(turn_id))]
+        if len(texts) == 2:
+            break
+        time.sleep(0.01)
+    assert texts == ["first ", "held"]
