@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from worker.config import get_settings
@@ -65,6 +65,13 @@ def session_scope() -> Iterator[Session]:
     """A session in one transaction: committed on success, rolled back on any error."""
     with get_sessionmaker().begin() as session:
         yield session
+
+
+@contextmanager
+def connection_scope() -> Iterator[Connection]:
+    """A Core connection in one transaction, for hot paths that need no ORM objects."""
+    with get_engine().begin() as connection:
+        yield connection
 
 
 def dispose_engine() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from models.db import session_scope
+from models.db import connection_scope, session_scope
 from models.knowledge import attach_knowledge_bases
 from models.tables import ACTIVE_STATUSES, ChatMessage, ChatSession, Turn, TurnStatus
 from worker import turns
@@ -129,8 +129,10 @@ def submit_turn(
         reply_to=validate_reply_to(reply_to),
     )
     cancelled: list[uuid.UUID] = []
+    # The common case needs no ORM objects: a plain connection keeps submit lean.
+    scope = connection_scope if busy_policy is IfBusy.ENQUEUE else session_scope
     try:
-        with session_scope() as db:
+        with scope() as db:
             # Taking the position locks the session row: concurrent submits queue up here.
             position = turns.allocate_position(db, request.session_id)
             if busy_policy is not IfBusy.ENQUEUE:

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import and_, exists, func, insert, or_, select, text, update
+from sqlalchemy import Connection, and_, exists, func, insert, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from handlers.base import AgentMessage, SessionInfo, Usage
-from models.db import session_scope
+from models.db import connection_scope, session_scope
 from models.tables import ACTIVE_STATUSES, MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
 from worker.config import get_settings
 from worker.errors import InvalidTurn, SessionNotFound
@@ -117,7 +117,7 @@ def lock_session(db: Session, session_id: uuid.UUID) -> ChatSession:
     return row
 
 
-def check_reply_to(db: Session, session_id: uuid.UUID, reply_to: int | None) -> None:
+def check_reply_to(db: Session | Connection, session_id: uuid.UUID, reply_to: int | None) -> None:
     """reply_to must be a user message of the same session."""
     if reply_to is None:
         return
@@ -134,7 +134,7 @@ class TurnExists(Exception):
     """The turn id is taken (a resubmission, or a duplicate message racing this one)."""
 
 
-def allocate_position(db: Session, session_id: uuid.UUID) -> int:
+def allocate_position(db: Session | Connection, session_id: uuid.UUID) -> int:
     """Take the session's next turn position; the update also locks the session row until commit."""
     position = db.execute(
         update(ChatSession)
@@ -147,7 +147,7 @@ def allocate_position(db: Session, session_id: uuid.UUID) -> int:
     return int(position)
 
 
-def add_turn(db: Session, request: TurnRequest, *, position: int, queue: str) -> None:
+def add_turn(db: Session | Connection, request: TurnRequest, *, position: int, queue: str) -> None:
     """Insert a queued turn and its user message; raises TurnExists if the id is taken."""
     check_reply_to(db, request.session_id, request.reply_to)
     inserted = db.execute(
@@ -177,7 +177,7 @@ def add_turn(db: Session, request: TurnRequest, *, position: int, queue: str) ->
     )
 
 
-def insert_turn(db: Session, request: TurnRequest, *, queue: str) -> int:
+def insert_turn(db: Session | Connection, request: TurnRequest, *, queue: str) -> int:
     """Add a queued turn and its user message under the session lock; returns the turn's position."""
     position = allocate_position(db, request.session_id)
     add_turn(db, request, position=position, queue=queue)
@@ -246,7 +246,7 @@ def claim_turn(turn_id: uuid.UUID, *, worker: str) -> ClaimResult:
     """Take a turn for running, if it is this turn's go. See the module docstring."""
     settings = get_settings()
     token = uuid.uuid4()
-    with session_scope() as db:
+    with connection_scope() as db:
         row = (
             db.execute(
                 _FAST_CLAIM,
@@ -376,7 +376,7 @@ def complete_turn(claim: Claim, messages: Sequence[AgentMessage], usage: Usage) 
     """Store the reply and usage in one transaction, once; not stored if the lease was lost."""
     if len(messages) >= MESSAGE_POSITION_STRIDE:
         raise InvalidTurn(f"the agent produced {len(messages)} messages, more than one turn can hold")
-    with session_scope() as db:
+    with connection_scope() as db:
         done = db.execute(
             update(Turn)
             .where(_owned(claim))
@@ -416,7 +416,7 @@ def complete_turn(claim: Claim, messages: Sequence[AgentMessage], usage: Usage) 
 
 def finish_turn(claim: Claim, status: TurnStatus, error: str | None = None) -> Finished:
     """End an owned turn as failed or cancelled; not stored if the lease was lost."""
-    with session_scope() as db:
+    with connection_scope() as db:
         done = db.execute(
             update(Turn)
             .where(_owned(claim))
@@ -436,7 +436,7 @@ def requeue_turn(claim: Claim, *, error: str | None = None, hand_back: bool = Fa
     For a retry the failed invocation counts as an attempt. A hand-back (the worker is shutting
     down) does not: the invocation neither failed nor finished, so its attempt is given back.
     """
-    with session_scope() as db:
+    with connection_scope() as db:
         done = db.execute(
             update(Turn)
             .where(_owned(claim))
@@ -489,7 +489,7 @@ _NEXT_RUNNABLE = text(
 )
 
 
-def next_in(db: Session, session_id: uuid.UUID) -> NextTurn | None:
+def next_in(db: Session | Connection, session_id: uuid.UUID) -> NextTurn | None:
     """The session's head turn if it is queued (nothing runs before it), marked as sent now."""
     row = db.execute(_NEXT_RUNNABLE, {"session_id": session_id}).mappings().one_or_none()
     if row is None:
@@ -506,7 +506,7 @@ def next_in(db: Session, session_id: uuid.UUID) -> NextTurn | None:
 
 def next_runnable(session_id: uuid.UUID) -> NextTurn | None:
     """`next_in` in a transaction of its own."""
-    with session_scope() as db:
+    with connection_scope() as db:
         return next_in(db, session_id)
 
 
