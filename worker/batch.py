@@ -12,19 +12,22 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, select
+from sqlalchemy import Table, func, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from models.db import session_scope
+from models.db import connection_scope, session_scope
 from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
 from worker.config import Settings, get_settings
-from worker.dispatch import send_turn
+from worker.dispatch import in_queue, send_turns
 from worker.errors import InvalidTurn
 from worker.payload import BATCH_QUEUE, validate_content
 from worker.producer import FRAMEWORKS
 
+SESSIONS = cast(Table, ChatSession.__table__)
+TURNS = cast(Table, Turn.__table__)
+MESSAGES = cast(Table, ChatMessage.__table__)
 BATCH_NAMESPACE = uuid.UUID("5d0f3c39-1f4e-4c8e-9a53-2b0d0c9e6a71")
 FINISHED = (TurnStatus.SUCCEEDED, TurnStatus.FAILED, TurnStatus.CANCELLED)
 
@@ -167,8 +170,10 @@ def submit_batch(batch_id: str, conversations: Sequence[Conversation], *, chunk:
     sent = 0
     session_ids = [session_uuid(batch_id, c.id) for c in conversations]
     for start in range(0, len(session_ids), chunk):
-        for message in _runnable_heads(session_ids[start : start + chunk]):
-            sent += send_turn(message, queue=BATCH_QUEUE)
+        heads = _runnable_heads(session_ids[start : start + chunk])
+        # On a resumed run, a head whose message still waits in Redis needs no second one.
+        waiting = {str(t) for t in in_queue([uuid.UUID(m["turn_id"]) for m in heads])}
+        sent += send_turns([m for m in heads if m["turn_id"] not in waiting], queue=BATCH_QUEUE)
     total = sum(len(c.turns) for c in conversations)
     return Submission(conversations=len(conversations), turns=total, new_turns=new_turns, sent=sent)
 
@@ -183,7 +188,7 @@ def _insert(batch_id: str, conversations: Sequence[Conversation], settings: Sett
                 "agent_framework": conv.framework,
                 "model": conv.model or settings.default_model,
                 "system_prompt": conv.system_prompt,
-                "metadata_": {"batch": batch_id, "conversation": conv.id},
+                "metadata": {"batch": batch_id, "conversation": conv.id},
                 "next_turn_position": len(conv.turns),
             }
         )
@@ -201,20 +206,21 @@ def _insert(batch_id: str, conversations: Sequence[Conversation], settings: Sett
                     "content": content,
                 }
             )
-    with session_scope() as db:
+    # Core executemany (SQLAlchemy's batched "insertmanyvalues"): one cached statement sent in
+    # pages, not a 4,000-row VALUES clause compiled afresh for every chunk.
+    with connection_scope() as db:
         created = db.execute(
-            pg_insert(ChatSession)
-            .values(sessions)
-            .on_conflict_do_nothing(index_elements=["id"])
-            .returning(ChatSession.id)
+            pg_insert(SESSIONS).on_conflict_do_nothing(index_elements=["id"]).returning(SESSIONS.c.id),
+            sessions,
         ).scalars()
         fresh = set(created)
         if not fresh:
             return 0
         # Sessions that already existed were stored with all their turns in an earlier run.
-        db.execute(pg_insert(Turn).values([t for t in turns if t["session_id"] in fresh]))
-        db.execute(pg_insert(ChatMessage).values([m for m in messages if m["session_id"] in fresh]))
-        return sum(1 for t in turns if t["session_id"] in fresh)
+        fresh_turns = [t for t in turns if t["session_id"] in fresh]
+        db.execute(insert(TURNS), fresh_turns)
+        db.execute(insert(MESSAGES), [m for m in messages if m["session_id"] in fresh])
+        return len(fresh_turns)
 
 
 def _runnable_heads(session_ids: Sequence[uuid.UUID]) -> list[dict[str, Any]]:

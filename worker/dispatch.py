@@ -56,33 +56,49 @@ def send_turn(message: Mapping[str, Any], *, queue: str, countdown: float | None
 
     A turn that could not be sent is still `queued` in Postgres; the sweeper sends it later.
     """
+    return send_turns([message], queue=queue, countdown=countdown) == 1
+
+
+def send_turns(messages: Sequence[Mapping[str, Any]], *, queue: str, countdown: float | None = None) -> int:
+    """Send many turns' messages over one pooled producer, then mark them all in one pipeline.
+
+    Returns how many were sent; the rest stay `queued` in Postgres for the sweeper.
+    """
     from worker.app import app
 
-    try:
-        app.send_task(
-            TASK_NAME,
-            kwargs=dict(message),
-            task_id=str(message["turn_id"]),
-            queue=queue,
-            countdown=countdown,
-            # Flower and task logs show ids and sizes, never the user's words.
-            kwargsrepr=redacted_kwargs(message),
-            argsrepr="()",
-            retry=True,
-            retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 2},
-        )
-    except (KombuOperationalError, RedisError, OSError) as exc:
-        log.warning(
-            "turn %s: could not send to queue %s (the sweeper will re-send it): %s",
-            message.get("turn_id"),
-            queue,
-            mask_secrets(str(exc)),
-        )
-        return False
-    # Without the marker the sweeper may later send a harmless duplicate.
+    sent: list[str] = []
+    with app.producer_or_acquire() as producer:
+        for message in messages:
+            try:
+                app.send_task(
+                    TASK_NAME,
+                    kwargs=dict(message),
+                    task_id=str(message["turn_id"]),
+                    queue=queue,
+                    countdown=countdown,
+                    producer=producer,
+                    # Flower and task logs show ids and sizes, never the user's words.
+                    kwargsrepr=redacted_kwargs(message),
+                    argsrepr="()",
+                    retry=True,
+                    retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 2},
+                )
+            except (KombuOperationalError, RedisError, OSError) as exc:
+                log.warning(
+                    "turn %s: could not send to queue %s (the sweeper will re-send it): %s",
+                    message.get("turn_id"),
+                    queue,
+                    mask_secrets(str(exc)),
+                )
+                continue
+            sent.append(str(message["turn_id"]))
+    # Without a marker the sweeper may later send a harmless duplicate.
     with contextlib.suppress(RedisError):
-        get_redis().set(sent_marker(message["turn_id"]), "1", ex=SENT_MARKER_TTL)
-    return True
+        pipe = get_redis().pipeline(transaction=False)
+        for turn_id in sent:
+            pipe.set(sent_marker(turn_id), "1", ex=SENT_MARKER_TTL)
+        pipe.execute()
+    return len(sent)
 
 
 def send_next(nxt: NextTurn | None) -> None:
