@@ -5,13 +5,30 @@ Only settings that differ from Celery's defaults are here, each with the reason.
 
 from __future__ import annotations
 
+import ssl
+from urllib.parse import parse_qs, urlsplit
+
 from kombu import Queue
 
 from worker.config import get_settings
 
 _settings = get_settings()
 
+
+def broker_ssl_options(url: str) -> dict[str, object] | None:
+    """TLS options for a `rediss://` broker URL that does not carry them itself.
+
+    Celery refuses a `rediss://` URL without `ssl_cert_reqs`; verifying the server certificate is
+    the safe default, and a URL that says otherwise (`?ssl_cert_reqs=none`) is left to say so.
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "rediss" or "ssl_cert_reqs" in parse_qs(parts.query):
+        return None
+    return {"ssl_cert_reqs": ssl.CERT_REQUIRED}
+
+
 broker_url = _settings.redis_url
+broker_use_ssl = broker_ssl_options(broker_url)
 # Keep trying while Redis starts (compose, rolling restarts) instead of exiting at boot.
 broker_connection_retry_on_startup = True
 broker_connection_max_retries = None

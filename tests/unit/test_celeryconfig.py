@@ -30,3 +30,27 @@ def test_reliability_settings() -> None:
     assert conf.broker_transport_options["visibility_timeout"] > 120 * 2
     assert conf.broker_transport_options["queue_order_strategy"] == "priority"
     assert [q.name for q in conf.task_queues] == ["chatq", "chatq.batch"]
+
+
+def test_tls_urls_verify_the_server_unless_they_say_otherwise() -> None:
+    import ssl
+
+    from celeryconfig import broker_ssl_options
+
+    assert broker_ssl_options("rediss://:secret@cache.example:6380/0") == {"ssl_cert_reqs": ssl.CERT_REQUIRED}
+    assert broker_ssl_options("rediss://cache:6380/0?ssl_cert_reqs=none") is None
+    assert broker_ssl_options("redis://localhost:6379/0") is None
+
+
+def test_a_rediss_url_with_a_password_configures_the_broker_and_is_masked(tmp_path: object) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "from worker.app import app; c = app.conf; import json;"
+        "print(json.dumps([c.broker_url.startswith('rediss://'), bool(c.broker_use_ssl)]));"
+        "from worker.config import get_settings; print(get_settings().redis_url_masked)"
+    )
+    env = {"REDIS_URL": "rediss://:hunter2@cache.example:6380/0", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["[true, true]", "rediss://:***@cache.example:6380/0"]
