@@ -22,7 +22,7 @@ from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Tur
 from worker.config import Settings, get_settings
 from worker.dispatch import in_queue, send_turns
 from worker.errors import InvalidTurn
-from worker.payload import BATCH_QUEUE, validate_content
+from worker.payload import BATCH_QUEUE, task_message, validate_content
 from worker.producer import FRAMEWORKS
 
 SESSIONS = cast(Table, ChatSession.__table__)
@@ -242,7 +242,7 @@ def _runnable_heads(session_ids: Sequence[uuid.UUID]) -> list[dict[str, Any]]:
             .where(Turn.status == TurnStatus.QUEUED)
         ).all()
     return [
-        {"turn_id": str(tid), "session_id": str(sid), "content": content, "images": None, "reply_to": None}
+        task_message(turn_id=tid, session_id=sid, content=content, images=None, reply_to=None)
         for tid, sid, content in rows
     ]
 

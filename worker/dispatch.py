@@ -103,16 +103,8 @@ def send_turns(messages: Sequence[Mapping[str, Any]], *, queue: str, countdown: 
 
 def send_next(nxt: NextTurn | None) -> None:
     """Send a session's next turn (found when the previous one ended), so it never waits for the sweeper."""
-    if nxt is None:
-        return
-    message = {
-        "turn_id": str(nxt.turn_id),
-        "session_id": str(nxt.session_id),
-        "content": nxt.content,
-        "images": nxt.images,
-        "reply_to": nxt.reply_to,
-    }
-    send_turn(message, queue=nxt.queue)
+    if nxt is not None:
+        send_turn(nxt.to_message(), queue=nxt.queue)
 
 
 def kick_next(session_id: uuid.UUID) -> None:

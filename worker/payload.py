@@ -41,13 +41,26 @@ class TurnRequest:
 
     def to_message(self) -> dict[str, Any]:
         """The task's keyword arguments, as SPEC.md defines them."""
-        return {
-            "turn_id": str(self.turn_id),
-            "session_id": str(self.session_id),
-            "content": self.content,
-            "images": list(self.images) if self.images is not None else None,
-            "reply_to": self.reply_to,
-        }
+        return task_message(
+            turn_id=self.turn_id,
+            session_id=self.session_id,
+            content=self.content,
+            images=self.images,
+            reply_to=self.reply_to,
+        )
+
+
+def task_message(
+    *, turn_id: object, session_id: object, content: str, images: Sequence[str] | None, reply_to: int | None
+) -> dict[str, Any]:
+    """The keyword arguments of `chatq.run_turn`, as SPEC.md defines them."""
+    return {
+        "turn_id": str(turn_id),
+        "session_id": str(session_id),
+        "content": content,
+        "images": list(images) if images else None,
+        "reply_to": reply_to,
+    }
 
 
 def parse_uuid(value: object, field: str) -> uuid.UUID:

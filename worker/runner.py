@@ -264,14 +264,7 @@ def hand_back(claim: turns.Claim, events: TurnEvents) -> Result:
     if not turns.requeue_turn(claim, hand_back=True):
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     events.publish(EventType.RETRY, claim.attempt, error="the worker is shutting down; another worker takes the turn")
-    message = {
-        "turn_id": str(claim.turn_id),
-        "session_id": str(claim.session.id),
-        "content": claim.content,
-        "images": list(claim.images) if claim.images else None,
-        "reply_to": claim.reply_to,
-    }
-    send_turn(message, queue=claim.queue)
+    send_turn(claim.to_message(), queue=claim.queue)
     log.info("turn %s session %s: handed back at shutdown", claim.turn_id, claim.session.id)
     return Result(outcome=Outcome.HANDED_BACK, attempt=claim.attempt)
 

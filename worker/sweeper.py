@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from worker import turns
 from worker.config import get_settings
-from worker.dispatch import in_queue, send_turn
+from worker.dispatch import in_queue, send_turns
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +54,8 @@ def sweep_once() -> SweepReport:
     except Exception as exc:
         log.warning("could not declare the queues: %s", exc)
     resend, expired = turns.stale_turns(grace_seconds=settings.requeue_grace, in_queue=in_queue)
-    for turn in resend:
-        message = {
-            "turn_id": str(turn.turn_id),
-            "session_id": str(turn.session_id),
-            "content": turn.content,
-            "images": turn.images,
-            "reply_to": turn.reply_to,
-        }
-        send_turn(message, queue=turn.queue)
+    for queue in {turn.queue for turn in resend}:
+        send_turns([turn.to_message() for turn in resend if turn.queue == queue], queue=queue)
     from worker import metrics
 
     metrics.SWEEPER.labels("resent").inc(len(resend) - len(expired))

@@ -27,7 +27,7 @@ from models.db import connection_scope, session_scope
 from models.tables import ACTIVE_STATUSES, MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
 from worker.config import get_settings
 from worker.errors import InvalidTurn, SessionNotFound
-from worker.payload import TurnRequest
+from worker.payload import TurnRequest, task_message
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,16 @@ class Claim:
     """The user message being answered, for regenerate/edit."""
     queue: str
     """The queue the turn travels on."""
+
+    def to_message(self) -> dict[str, Any]:
+        """The turn's `chatq.run_turn` message, to send it again."""
+        return task_message(
+            turn_id=self.turn_id,
+            session_id=self.session.id,
+            content=self.content,
+            images=self.images,
+            reply_to=self.reply_to,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -471,6 +481,16 @@ class NextTurn:
     """Its images."""
     reply_to: int | None
     """Its reply_to."""
+
+    def to_message(self) -> dict[str, Any]:
+        """Its `chatq.run_turn` message."""
+        return task_message(
+            turn_id=self.turn_id,
+            session_id=self.session_id,
+            content=self.content,
+            images=self.images,
+            reply_to=self.reply_to,
+        )
 
 
 _NEXT_RUNNABLE = text(

@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 
 from models.db import session_scope
 from models.tables import ChatMessage, ChatSession, Turn
+from tests.support.cli import chatq
 from tests.support.turns import session_messages, wait_for_turn
 from tests.support.workers import ROOT, WorkerProcess
 from worker.batch import session_uuid, turn_uuid
@@ -41,18 +42,6 @@ def write_batch(
     ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return lines
-
-
-def chatq(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "worker.cli", *args],
-        cwd=ROOT,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def batch_turn_count(batch_id: str) -> int:

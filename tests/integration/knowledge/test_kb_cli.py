@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -15,21 +13,9 @@ from sqlalchemy import func, select
 from models.db import session_scope
 from models.knowledge import session_knowledge_bases
 from models.tables import ChatSession
+from tests.support.cli import chatq
 from tests.support.factories import create_session
 from tests.support.knowledge import REFUNDS, SHIPPING
-from tests.support.workers import ROOT
-
-
-def chatq(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "worker.cli", *args],
-        cwd=ROOT,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def _ok(env: dict[str, str], *args: str) -> str:

@@ -13,22 +13,11 @@ from pathlib import Path
 import pytest
 
 from tests.integration.worker.conftest import STUB_MODEL
+from tests.support.cli import chatq
 from tests.support.turns import replay_events, wait_for_turn
 from tests.support.workers import ROOT, WorkerProcess
 
 pytestmark = pytest.mark.slow
-
-
-def chatq(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "worker.cli", *args],
-        cwd=ROOT,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def _new_session(env: dict[str, str], *extra: str) -> str:
