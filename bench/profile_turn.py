@@ -23,15 +23,15 @@ from bench.common import Stub, create_sessions, isolated_services, use_stub
 STAGES: list[tuple[str, str, str]] = [
     # (label, module, attribute): wrapped where the caller looks it up
     ("submit_turn", "worker.producer", "submit_turn"),
-    ("  turns.insert_turn (+ its locks)", "worker.turns", "insert_turn"),
+    ("  turns.add_turn", "worker.turns", "add_turn"),
     ("  send_task", "worker.producer", "send_turn"),
     ("execute_turn", "worker.runner", "execute_turn"),
-    ("  claim_turn", "worker.turns", "claim_turn"),
+    ("  claim_turn", "worker.claims", "claim_turn"),
     ("  TurnEvents.resume (last_seq)", "worker.runner", "TurnEvents.resume"),
     ("  run_handler", "worker.runner", "run_handler"),
     ("    get_agent_handler", "handlers", "get_agent_handler"),
     ("    build_history", "handlers.lc.turn", "build_history"),
-    ("  complete_turn", "worker.turns", "complete_turn"),
+    ("  complete_turn", "worker.claims", "complete_turn"),
     ("  kick_next", "worker.runner", "kick_next"),
     ("  lease register/unregister", "worker.leases", "LeaseKeeper.register"),
     ("every stream event, wherever published: TurnEvents.publish", "worker.events", "TurnEvents.publish"),

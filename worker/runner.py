@@ -21,7 +21,7 @@ from handlers.base import AgentMessage, StreamEvent, StreamEventKind, Usage
 from handlers.context import running_turn
 from handlers.errors import AgentInvocationError, HandlerError, UnknownFramework
 from models.tables import TurnStatus
-from worker import metrics, turns
+from worker import claims, metrics, turns
 from worker.config import get_settings, mask_secrets
 from worker.dispatch import kick_next, mark_taken, send_next, send_turn
 from worker.errors import InvalidTurn
@@ -82,20 +82,20 @@ def _execute(request: TurnRequest, *, queue: str, worker: str) -> Result:
         # A message taken just as the worker began shutting down: pass it on untouched.
         send_turn(request.to_message(), queue=queue)
         return Result(outcome=Outcome.HANDED_BACK)
-    claimed = turns.claim_turn(request.turn_id, worker=worker)
-    if claimed.status is turns.ClaimStatus.NOT_FOUND:
+    claimed = claims.claim_turn(request.turn_id, worker=worker)
+    if claimed.status is claims.ClaimStatus.NOT_FOUND:
         try:
             turns.ensure_turn(request, queue=queue)
         except InvalidTurn as exc:
             reject(request.turn_id, request.session_id, exc.message)
             return Result(outcome=Outcome.FAILED)
-        claimed = turns.claim_turn(request.turn_id, worker=worker)
+        claimed = claims.claim_turn(request.turn_id, worker=worker)
     status = claimed.status
-    if status is turns.ClaimStatus.BUSY:
+    if status is claims.ClaimStatus.BUSY:
         log.info("turn %s: running elsewhere, checking again in %.1fs", request.turn_id, claimed.retry_after or 0)
         return Result(outcome=Outcome.BUSY, retry_after=(claimed.retry_after or 0) + 0.5)
-    if status in (turns.ClaimStatus.POISONED, turns.ClaimStatus.CANCELLED):
-        terminal = EventType.ERROR if status is turns.ClaimStatus.POISONED else EventType.CANCELLED
+    if status in (claims.ClaimStatus.POISONED, claims.ClaimStatus.CANCELLED):
+        terminal = EventType.ERROR if status is claims.ClaimStatus.POISONED else EventType.CANCELLED
         events = TurnEvents.resume(session_id=request.session_id, turn_id=request.turn_id)
         fields = {"error": claimed.error} if terminal is EventType.ERROR else {}
         if terminal is EventType.ERROR:
@@ -110,7 +110,7 @@ def _execute(request: TurnRequest, *, queue: str, worker: str) -> Result:
     return run_claimed(claimed.claim)
 
 
-def run_claimed(claim: turns.Claim) -> Result:
+def run_claimed(claim: claims.Claim) -> Result:
     """Run the handler for a claimed turn and record how it ended."""
     set_attempt(claim.attempt)
     metrics.IN_FLIGHT.inc()
@@ -120,7 +120,7 @@ def run_claimed(claim: turns.Claim) -> Result:
         metrics.IN_FLIGHT.dec()
 
 
-def _run_claimed(claim: turns.Claim) -> Result:
+def _run_claimed(claim: claims.Claim) -> Result:
     started = time.monotonic()
     events = TurnEvents.resume(session_id=claim.session.id, turn_id=claim.turn_id)
     if claim.deliveries > 1:
@@ -142,7 +142,7 @@ def _run_claimed(claim: turns.Claim) -> Result:
         with running_turn(claim.turn_id, claim.attempt):
             messages, usage = run_handler(claim, events, lease, started=started)
     except TurnCancelled:
-        ended = turns.finish_turn(claim, TurnStatus.CANCELLED)
+        ended = claims.finish_turn(claim, TurnStatus.CANCELLED)
         if ended.stored:
             metrics.TURNS.labels("cancelled").inc()
             events.publish(EventType.CANCELLED, claim.attempt)
@@ -164,7 +164,7 @@ def _run_claimed(claim: turns.Claim) -> Result:
         # Infrastructure: give the turn back if the database lets us (else its lease runs out),
         # and let the task retry the delivery.
         with contextlib.suppress(Exception):
-            if turns.requeue_turn(claim, hand_back=True):
+            if claims.requeue_turn(claim, hand_back=True):
                 events.publish(EventType.RETRY, claim.attempt, error="a service restarted; starting over")
         raise
     except Exception:
@@ -174,7 +174,7 @@ def _run_claimed(claim: turns.Claim) -> Result:
         return fail(claim, events, "the agent failed unexpectedly (internal error)")
     finally:
         keeper.unregister(lease)
-    completed = turns.complete_turn(claim, messages, usage)
+    completed = claims.complete_turn(claim, messages, usage)
     if not completed.stored:
         log.warning("turn %s: lease lost before the reply was stored; another attempt owns it", claim.turn_id)
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
@@ -202,7 +202,7 @@ def _run_claimed(claim: turns.Claim) -> Result:
 
 
 def run_handler(
-    claim: turns.Claim, events: TurnEvents, lease: TurnLease, *, started: float | None = None
+    claim: claims.Claim, events: TurnEvents, lease: TurnLease, *, started: float | None = None
 ) -> tuple[list[AgentMessage], Usage]:
     """Stream the session's handler, relaying text and tool events; fall back to invoke()."""
     from handlers import get_agent_handler
@@ -259,9 +259,9 @@ def check_lease(lease: TurnLease) -> None:
         raise HandBack
 
 
-def hand_back(claim: turns.Claim, events: TurnEvents) -> Result:
+def hand_back(claim: claims.Claim, events: TurnEvents) -> Result:
     """Requeue a turn interrupted by shutdown and send it again, so another worker runs it now."""
-    if not turns.requeue_turn(claim, hand_back=True):
+    if not claims.requeue_turn(claim, hand_back=True):
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     events.publish(EventType.RETRY, claim.attempt, error="the worker is shutting down; another worker takes the turn")
     send_turn(claim.to_message(), queue=claim.queue)
@@ -283,12 +283,12 @@ def validate_reply(messages: object, usage: object) -> tuple[list[AgentMessage],
     return messages, clean
 
 
-def handle_agent_failure(claim: turns.Claim, events: TurnEvents, exc: AgentInvocationError) -> Result:
+def handle_agent_failure(claim: claims.Claim, events: TurnEvents, exc: AgentInvocationError) -> Result:
     """Retry once (CHATQ_MAX_ATTEMPTS invocations in all), then fail the turn."""
     settings = get_settings()
     error = mask_secrets(exc.message)
     if claim.attempt < settings.max_attempts:
-        if turns.requeue_turn(claim, error=error):
+        if claims.requeue_turn(claim, error=error):
             events.publish(EventType.RETRY, claim.attempt, error=error)
             metrics.RETRIES.inc()
             log.warning(
@@ -303,9 +303,9 @@ def handle_agent_failure(claim: turns.Claim, events: TurnEvents, exc: AgentInvoc
     return fail(claim, events, error)
 
 
-def fail(claim: turns.Claim, events: TurnEvents, error: str) -> Result:
+def fail(claim: claims.Claim, events: TurnEvents, error: str) -> Result:
     """End the turn as failed with a user-visible error."""
-    ended = turns.finish_turn(claim, TurnStatus.FAILED, error)
+    ended = claims.finish_turn(claim, TurnStatus.FAILED, error)
     if not ended.stored:
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     events.publish(EventType.ERROR, claim.attempt, error=error)

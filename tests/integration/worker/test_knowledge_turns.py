@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import uuid
 from pathlib import Path
 
@@ -17,13 +16,10 @@ from tests.integration.worker.conftest import STUB_MODEL
 from tests.support.knowledge import Corpus, make_corpus
 from tests.support.turns import replay_events, turn_messages, wait_for_turn
 from tests.support.workers import WorkerProcess
-from worker import turns
 from worker.producer import create_session, submit_turn
 from worker.queries import usage_report
 
 pytestmark = pytest.mark.slow
-
-WORKER_STORES_CITATIONS = "citations" in inspect.getsource(turns.complete_turn)
 
 
 @pytest.fixture

@@ -1,0 +1,343 @@
+"""Claiming and ending turns: who runs a turn, and the guarded writes that end it.
+
+A claim takes a `queued` turn (or a `running` one whose lease expired) only when no earlier turn
+of its session is still active, under the session row lock; ending a turn requires the claim's
+`lease_token`, so a worker that lost its lease (a zombie) cannot write a second reply.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import and_, exists, func, insert, select, text, update
+
+from handlers.base import AgentMessage, SessionInfo, Usage
+from models.db import connection_scope, session_scope
+from models.tables import ACTIVE_STATUSES, MESSAGE_POSITION_STRIDE, ChatMessage, Turn, TurnStatus
+from worker.config import get_settings
+from worker.errors import InvalidTurn
+from worker.payload import task_message
+from worker.turns import NextTurn, lock_session, next_in, session_info
+
+log = logging.getLogger(__name__)
+
+
+class ClaimStatus(enum.StrEnum):
+    """What a claim attempt found."""
+
+    CLAIMED = "claimed"
+    NOT_FOUND = "not_found"
+    FINISHED = "finished"
+    BUSY = "busy"
+    BLOCKED = "blocked"
+    POISONED = "poisoned"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """A turn this worker now runs, with everything the run needs."""
+
+    turn_id: uuid.UUID
+    """The turn (= task id)."""
+    session: SessionInfo
+    """The session, detached from the database."""
+    position: int
+    """The turn's position in its session."""
+    attempt: int
+    """The handler invocation this claim starts (1 for the first)."""
+    deliveries: int
+    """How many times the turn has been claimed, this one included."""
+    lease_token: uuid.UUID
+    """Proof of ownership; finishing writes require it."""
+    content: str
+    """The user's message."""
+    images: tuple[str, ...] | None
+    """Images attached to the user's message."""
+    reply_to: int | None
+    """The user message being answered, for regenerate/edit."""
+    queue: str
+    """The queue the turn travels on."""
+
+    def to_message(self) -> dict[str, Any]:
+        """The turn's `chatq.run_turn` message, to send it again."""
+        return task_message(
+            turn_id=self.turn_id,
+            session_id=self.session.id,
+            content=self.content,
+            images=self.images,
+            reply_to=self.reply_to,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClaimResult:
+    """The outcome of `claim_turn`."""
+
+    status: ClaimStatus
+    """What the claim found."""
+    claim: Claim | None = None
+    """Set when `status` is CLAIMED."""
+    retry_after: float | None = None
+    """For BUSY: seconds until the current lease runs out."""
+    error: str | None = None
+    """For POISONED: the error stored on the turn."""
+    attempt: int = 0
+    """For POISONED and CANCELLED: the turn's attempts so far."""
+
+
+_FAST_CLAIM = text(
+    """
+    WITH locked AS (
+        SELECT s.id, s.agent_framework, s.model, s.system_prompt, s.metadata
+        FROM chat_sessions s
+        WHERE s.id = (SELECT session_id FROM turns WHERE id = :turn_id)
+        FOR NO KEY UPDATE
+    ),
+    claimed AS (
+        UPDATE turns t
+        SET status = 'running',
+            attempts = t.attempts + 1,
+            deliveries = t.deliveries + 1,
+            lease_token = :token,
+            lease_expires_at = clock_timestamp() + make_interval(secs => :lease_seconds),
+            worker = :worker,
+            started_at = coalesce(t.started_at, clock_timestamp())
+        FROM locked
+        WHERE t.id = :turn_id
+          AND t.session_id = locked.id
+          AND t.status = 'queued'
+          AND NOT t.cancel_requested
+          AND t.deliveries < :max_deliveries
+          AND NOT EXISTS (
+              SELECT 1 FROM turns e
+              WHERE e.session_id = t.session_id AND e.position < t.position AND e.status IN ('queued', 'running')
+          )
+        RETURNING t.id, t.session_id, t.position, t.attempts, t.deliveries, t.reply_to, t.queue
+    )
+    SELECT claimed.*, locked.agent_framework, locked.model, locked.system_prompt, locked.metadata,
+           m.content, m.images
+    FROM claimed
+    JOIN locked ON true
+    JOIN chat_messages m ON m.turn_id = claimed.id AND m.role = 'user'
+    """
+)
+
+
+def claim_turn(turn_id: uuid.UUID, *, worker: str) -> ClaimResult:
+    """Take a turn for running, if it is this turn's go. See the module docstring."""
+    settings = get_settings()
+    token = uuid.uuid4()
+    with connection_scope() as db:
+        row = (
+            db.execute(
+                _FAST_CLAIM,
+                {
+                    "turn_id": turn_id,
+                    "token": token,
+                    "lease_seconds": settings.lease_seconds,
+                    "worker": worker[:255],
+                    "max_deliveries": settings.max_deliveries,
+                },
+            )
+            .mappings()
+            .one_or_none()
+        )
+    if row is not None:
+        session = SessionInfo(
+            id=row["session_id"],
+            agent_framework=row["agent_framework"],
+            model=row["model"],
+            system_prompt=row["system_prompt"],
+            metadata_=dict(row["metadata"] or {}),
+        )
+        claim = Claim(
+            turn_id=turn_id,
+            session=session,
+            position=row["position"],
+            attempt=row["attempts"],
+            deliveries=row["deliveries"],
+            lease_token=token,
+            content=row["content"],
+            images=tuple(row["images"]) if row["images"] else None,
+            reply_to=row["reply_to"],
+            queue=row["queue"],
+        )
+        return ClaimResult(status=ClaimStatus.CLAIMED, claim=claim)
+    return _claim_slow(turn_id, worker=worker)
+
+
+def _claim_slow(turn_id: uuid.UUID, *, worker: str) -> ClaimResult:
+    """The claim with every case spelled out (see `_FAST_CLAIM`)."""
+    settings = get_settings()
+    with session_scope() as db:
+        session_id = db.execute(select(Turn.session_id).where(Turn.id == turn_id)).scalar_one_or_none()
+        if session_id is None:
+            return ClaimResult(status=ClaimStatus.NOT_FOUND)
+        # Serialise claims per session: two turns of a session can never both pass the check below.
+        session_row = lock_session(db, session_id)
+        turn = db.execute(select(Turn).where(Turn.id == turn_id).with_for_update()).scalar_one()
+        if turn.status not in (TurnStatus.QUEUED, TurnStatus.RUNNING):
+            return ClaimResult(status=ClaimStatus.FINISHED)
+        # The wall clock, not now() (the transaction's start): this transaction may have waited for
+        # the session lock while the previous turn finished, and started_at must not precede that.
+        now = db.execute(select(func.clock_timestamp())).scalar_one()
+        if turn.status is TurnStatus.RUNNING and turn.lease_expires_at is not None and turn.lease_expires_at > now:
+            return ClaimResult(status=ClaimStatus.BUSY, retry_after=(turn.lease_expires_at - now).total_seconds())
+        earlier_active = db.execute(
+            select(
+                exists().where(
+                    Turn.session_id == session_id,
+                    Turn.position < turn.position,
+                    Turn.status.in_(ACTIVE_STATUSES),
+                )
+            )
+        ).scalar_one()
+        if earlier_active:
+            return ClaimResult(status=ClaimStatus.BLOCKED)
+        if turn.cancel_requested:
+            turn.status = TurnStatus.CANCELLED
+            turn.finished_at = now
+            turn.lease_token = None
+            turn.lease_expires_at = None
+            return ClaimResult(status=ClaimStatus.CANCELLED, attempt=turn.attempts)
+        if turn.deliveries >= settings.max_deliveries:
+            turn.status = TurnStatus.FAILED
+            turn.error = (
+                f"the turn was abandoned: its worker stopped {turn.deliveries} times while running it "
+                f"(CHATQ_MAX_DELIVERIES={settings.max_deliveries})"
+            )
+            turn.finished_at = now
+            turn.lease_token = None
+            turn.lease_expires_at = None
+            return ClaimResult(status=ClaimStatus.POISONED, error=turn.error, attempt=turn.attempts)
+        user = db.execute(
+            select(ChatMessage.content, ChatMessage.images).where(
+                ChatMessage.turn_id == turn_id, ChatMessage.role == "user"
+            )
+        ).one()
+        token = uuid.uuid4()
+        turn.status = TurnStatus.RUNNING
+        turn.attempts += 1
+        turn.deliveries += 1
+        turn.lease_token = token
+        turn.lease_expires_at = now + timedelta(seconds=settings.lease_seconds)
+        turn.worker = worker[:255]
+        if turn.started_at is None:
+            turn.started_at = now
+        claim = Claim(
+            turn_id=turn_id,
+            session=session_info(session_row),
+            position=turn.position,
+            attempt=turn.attempts,
+            deliveries=turn.deliveries,
+            lease_token=token,
+            content=user.content,
+            images=tuple(user.images) if user.images else None,
+            reply_to=turn.reply_to,
+            queue=turn.queue,
+        )
+        return ClaimResult(status=ClaimStatus.CLAIMED, claim=claim)
+
+
+def _owned(claim: Claim) -> Any:
+    return and_(Turn.id == claim.turn_id, Turn.status == TurnStatus.RUNNING, Turn.lease_token == claim.lease_token)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finished:
+    """The outcome of ending an owned turn."""
+
+    stored: bool
+    """False when the lease was lost: nothing was written."""
+    next_turn: NextTurn | None = None
+    """The session's next queued turn, to send now (found in the same transaction)."""
+
+
+def complete_turn(claim: Claim, messages: Sequence[AgentMessage], usage: Usage) -> Finished:
+    """Store the reply and usage in one transaction, once; not stored if the lease was lost."""
+    if len(messages) >= MESSAGE_POSITION_STRIDE:
+        raise InvalidTurn(f"the agent produced {len(messages)} messages, more than one turn can hold")
+    with connection_scope() as db:
+        done = db.execute(
+            update(Turn)
+            .where(_owned(claim))
+            .values(
+                status=TurnStatus.SUCCEEDED,
+                prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                completion_tokens=int(usage.get("completion_tokens", 0)),
+                total_tokens=int(usage.get("total_tokens", 0)),
+                error=None,
+                lease_token=None,
+                lease_expires_at=None,
+                finished_at=func.clock_timestamp(),
+            )
+            .returning(Turn.id)
+        ).scalar_one_or_none()
+        if done is None:
+            return Finished(stored=False)
+        base = claim.position * MESSAGE_POSITION_STRIDE
+        db.execute(
+            insert(ChatMessage),
+            [
+                {
+                    "session_id": claim.session.id,
+                    "turn_id": claim.turn_id,
+                    "position": base + index,
+                    "role": message.role,
+                    "content": message.content,
+                    "tool_calls": message.tool_calls,
+                    "tool_call_id": message.tool_call_id,
+                    "citations": message.citations,
+                }
+                for index, message in enumerate(messages, start=1)
+            ],
+        )
+        return Finished(stored=True, next_turn=next_in(db, claim.session.id))
+
+
+def finish_turn(claim: Claim, status: TurnStatus, error: str | None = None) -> Finished:
+    """End an owned turn as failed or cancelled; not stored if the lease was lost."""
+    with connection_scope() as db:
+        done = db.execute(
+            update(Turn)
+            .where(_owned(claim))
+            .values(
+                status=status, error=error, lease_token=None, lease_expires_at=None, finished_at=func.clock_timestamp()
+            )
+            .returning(Turn.id)
+        ).scalar_one_or_none()
+        if done is None:
+            return Finished(stored=False)
+        return Finished(stored=True, next_turn=next_in(db, claim.session.id))
+
+
+def requeue_turn(claim: Claim, *, error: str | None = None, hand_back: bool = False) -> bool:
+    """Put an owned turn back in the queue; False if not owned.
+
+    For a retry the failed invocation counts as an attempt. A hand-back (the worker is shutting
+    down) does not: the invocation neither failed nor finished, so its attempt is given back.
+    """
+    with connection_scope() as db:
+        done = db.execute(
+            update(Turn)
+            .where(_owned(claim))
+            .values(
+                status=TurnStatus.QUEUED,
+                error=error,
+                lease_token=None,
+                lease_expires_at=None,
+                enqueued_at=func.now(),
+                # A clean hand-back is not a crash: only consecutive crashed deliveries count as poison.
+                deliveries=0,
+                attempts=Turn.attempts - 1 if hand_back else Turn.attempts,
+            )
+            .returning(Turn.id)
+        ).scalar_one_or_none()
+        return done is not None
