@@ -99,7 +99,10 @@ def mask_secrets(text: str) -> str:
     return _SECRET_IN_URL.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
 
 
-def _float(env: Mapping[str, str], name: str, default: float, *, minimum: float) -> float:
+def env_float(
+    env: Mapping[str, str], name: str, default: float, *, minimum: float, maximum: float | None = None
+) -> float:
+    """A number from the environment (`default` when unset), or ConfigError naming the variable."""
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -109,10 +112,13 @@ def _float(env: Mapping[str, str], name: str, default: float, *, minimum: float)
         raise ConfigError(f"{name} must be a number, got {raw!r}") from None
     if value < minimum:
         raise ConfigError(f"{name} must be at least {minimum:g}, got {raw!r}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name} must be at most {maximum:g}, got {raw!r}")
     return value
 
 
-def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int) -> int:
+def env_int(env: Mapping[str, str], name: str, default: int, *, minimum: int) -> int:
+    """A whole number from the environment (`default` when unset), or ConfigError naming the variable."""
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -164,21 +170,21 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         default_model=default_model,
         openai_api_key=api_key,
         openai_base_url=base_url,
-        turn_timeout=_float(env, "CHATQ_TURN_TIMEOUT", 120.0, minimum=0.1),
-        max_content_chars=_int(env, "CHATQ_MAX_CONTENT_CHARS", 100_000, minimum=1),
-        max_images=_int(env, "CHATQ_MAX_IMAGES", 4, minimum=0),
-        max_image_bytes=_int(env, "CHATQ_MAX_IMAGE_BYTES", 5_000_000, minimum=1),
-        history_tokens=_int(env, "CHATQ_HISTORY_TOKENS", 6_000, minimum=0),
-        max_attempts=_int(env, "CHATQ_MAX_ATTEMPTS", 2, minimum=1),
-        retry_delay=_float(env, "CHATQ_RETRY_DELAY", 1.0, minimum=0.0),
-        lease_seconds=_float(env, "CHATQ_LEASE_SECONDS", 30.0, minimum=1.0),
-        max_deliveries=_int(env, "CHATQ_MAX_DELIVERIES", 3, minimum=1),
-        sweep_interval=_float(env, "CHATQ_SWEEP_INTERVAL", 10.0, minimum=0.2),
-        requeue_grace=_float(env, "CHATQ_REQUEUE_GRACE", 30.0, minimum=0.0),
-        event_retention=_int(env, "CHATQ_EVENT_RETENTION", 3_600, minimum=600),
-        text_coalesce_ms=_float(env, "CHATQ_TEXT_COALESCE_MS", 0.0, minimum=0.0),
-        worker_concurrency=_int(env, "CHATQ_WORKER_CONCURRENCY", 32, minimum=1),
-        max_tool_output_chars=_int(env, "CHATQ_MAX_TOOL_OUTPUT_CHARS", 20_000, minimum=100),
+        turn_timeout=env_float(env, "CHATQ_TURN_TIMEOUT", 120.0, minimum=0.1),
+        max_content_chars=env_int(env, "CHATQ_MAX_CONTENT_CHARS", 100_000, minimum=1),
+        max_images=env_int(env, "CHATQ_MAX_IMAGES", 4, minimum=0),
+        max_image_bytes=env_int(env, "CHATQ_MAX_IMAGE_BYTES", 5_000_000, minimum=1),
+        history_tokens=env_int(env, "CHATQ_HISTORY_TOKENS", 6_000, minimum=0),
+        max_attempts=env_int(env, "CHATQ_MAX_ATTEMPTS", 2, minimum=1),
+        retry_delay=env_float(env, "CHATQ_RETRY_DELAY", 1.0, minimum=0.0),
+        lease_seconds=env_float(env, "CHATQ_LEASE_SECONDS", 30.0, minimum=1.0),
+        max_deliveries=env_int(env, "CHATQ_MAX_DELIVERIES", 3, minimum=1),
+        sweep_interval=env_float(env, "CHATQ_SWEEP_INTERVAL", 10.0, minimum=0.2),
+        requeue_grace=env_float(env, "CHATQ_REQUEUE_GRACE", 30.0, minimum=0.0),
+        event_retention=env_int(env, "CHATQ_EVENT_RETENTION", 3_600, minimum=600),
+        text_coalesce_ms=env_float(env, "CHATQ_TEXT_COALESCE_MS", 0.0, minimum=0.0),
+        worker_concurrency=env_int(env, "CHATQ_WORKER_CONCURRENCY", 32, minimum=1),
+        max_tool_output_chars=env_int(env, "CHATQ_MAX_TOOL_OUTPUT_CHARS", 20_000, minimum=100),
         plugins=_modules(env, "CHATQ_PLUGINS"),
     )
     return settings

@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from worker.config import Settings, get_settings
+from worker.config import Settings, env_float, env_int, get_settings
 from worker.errors import ConfigError
 
 TOKEN_ENV = "CHATQ_API_TOKEN"
@@ -55,32 +55,6 @@ class GatewaySettings:
     """Serve without tokens (`chatq serve --unauthenticated`, loopback only)."""
 
 
-def _positive_number(env: Mapping[str, str], name: str, default: float, *, minimum: float, maximum: float) -> float:
-    raw = (env.get(name) or "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
-    if not minimum <= value <= maximum:
-        raise ConfigError(f"{name} must be between {minimum:g} and {maximum:g}, got {raw!r}")
-    return value
-
-
-def _whole_number(env: Mapping[str, str], name: str, default: int, *, minimum: int) -> int:
-    raw = (env.get(name) or "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a whole number of bytes, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigError(f"{name} must be at least {minimum}, got {raw!r}")
-    return value
-
-
 def parse_tokens(raw: str) -> tuple[str, ...]:
     """Tokens from `CHATQ_API_TOKEN` (comma-separated); ConfigError naming the problem, never the token."""
     tokens = tuple(part.strip() for part in raw.split(",") if part.strip())
@@ -107,7 +81,7 @@ def load_gateway_settings(
         )
     return GatewaySettings(
         tokens=() if unauthenticated else tokens,
-        max_body_bytes=_whole_number(env, MAX_BODY_ENV, largest_valid_body(settings), minimum=1024),
-        heartbeat=_positive_number(env, HEARTBEAT_ENV, 15.0, minimum=0.1, maximum=300.0),
+        max_body_bytes=env_int(env, MAX_BODY_ENV, largest_valid_body(settings), minimum=1024),
+        heartbeat=env_float(env, HEARTBEAT_ENV, 15.0, minimum=0.1, maximum=300.0),
         unauthenticated=unauthenticated,
     )
