@@ -14,10 +14,7 @@ Every other directive (`[sleep: S]`, `[slow: S]`, `[words: N]`, ...) behaves as 
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import json
-import signal
 import threading
 import time
 import uuid
@@ -25,6 +22,7 @@ from http.server import ThreadingHTTPServer
 from typing import Any
 
 from tests.support.openai_stub import OpenAIStub, Reply, Script, _completion, _Handler
+from tests.support.openai_stub import main as stub_main
 
 __all__ = ["BenchStub", "main"]
 
@@ -163,19 +161,7 @@ class _BenchHandler(_Handler):
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="OpenAI-compatible stub for chatq benchmarks")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--latency", type=float, default=0.0, help="seconds before the first byte")
-    parser.add_argument("--chunk-interval", type=float, default=0.0, help="seconds between streamed chunks")
-    args = parser.parse_args(argv)
-    stub = BenchStub(host=args.host, port=args.port, latency=args.latency, chunk_interval=args.chunk_interval)
-    stopped = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
-    with stub:
-        print(stub.base_url, flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            stopped.wait()
+    stub_main(argv, stub_class=BenchStub)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -30,7 +29,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from models.db import session_scope
 from models.tables import ChatMessage, Turn
 from tests.support.turns import FINISHED, replay_events
-from tests.support.workers import ROOT, TEST_ENV, WorkerProcess
+from tests.support.workers import ROOT, TEST_ENV, ManagedProcess, WorkerProcess
 
 T = TypeVar("T")
 
@@ -162,7 +161,7 @@ def _turn_worker(turn_id: uuid.UUID) -> str | None:
         return db.execute(select(Turn.worker).where(Turn.id == turn_id)).scalar_one_or_none()
 
 
-class Beat:
+class Beat(ManagedProcess):
     """`chatq beat` (python -m worker.cli beat) as a subprocess with a private schedule file."""
 
     def __init__(self, env: Mapping[str, str], directory: Path) -> None:
@@ -200,26 +199,6 @@ class Beat:
             time.sleep(0.05)
         self.kill()
         raise RuntimeError(f"beat did not start:\n{self.log()[-4000:]}")
-
-    def log(self) -> str:
-        """Everything beat printed so far."""
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    @property
-    def alive(self) -> bool:
-        """True while beat runs."""
-        return self.process is not None and self.process.poll() is None
-
-    def kill(self) -> None:
-        """kill -9 beat's process group."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(10)
 
 
 # --- reading Postgres through outages -----------------------------------------------------------

@@ -394,14 +394,16 @@ def _completion(body: dict[str, Any], reply: Reply) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, *, stub_class: type[OpenAIStub] | None = None) -> None:
+    """Serve a stub until SIGTERM or Ctrl-C, printing its base URL (benchmarks pass their subclass)."""
+    stub_class = stub_class or OpenAIStub
     parser = argparse.ArgumentParser(description="OpenAI-compatible chat completions stub")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before the first byte")
     parser.add_argument("--chunk-interval", type=float, default=0.0, help="seconds between streamed chunks")
     args = parser.parse_args(argv)
-    stub = OpenAIStub(host=args.host, port=args.port, latency=args.latency, chunk_interval=args.chunk_interval)
+    stub = stub_class(host=args.host, port=args.port, latency=args.latency, chunk_interval=args.chunk_interval)
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     with stub:

@@ -26,7 +26,34 @@ TEST_ENV = {
 }
 
 
-class WorkerProcess:
+class ManagedProcess:
+    """A `chatq` subprocess in its own process group, writing to its own log file."""
+
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    def log(self) -> str:
+        """Everything the process printed so far."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    @property
+    def alive(self) -> bool:
+        """True while the process runs."""
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """kill -9 the whole process group (main process and any children)."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+
+class WorkerProcess(ManagedProcess):
     """One `chatq worker` process with its own log file."""
 
     def __init__(
@@ -77,18 +104,6 @@ class WorkerProcess:
         self.kill()
         raise RuntimeError(f"worker {self.name} did not become ready:\n{self.log()[-4000:]}")
 
-    def log(self) -> str:
-        """Everything the worker printed so far."""
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    @property
-    def alive(self) -> bool:
-        """True while the worker process runs."""
-        return self.process is not None and self.process.poll() is None
-
     def stop(self, *, timeout: float = 30.0) -> int | None:
         """SIGTERM (Celery's warm shutdown), then SIGKILL if it does not exit in time."""
         if self.process is None or self.process.poll() is not None:
@@ -99,11 +114,3 @@ class WorkerProcess:
         except subprocess.TimeoutExpired:
             self.kill()
             return None
-
-    def kill(self) -> None:
-        """kill -9 the whole worker (its process group: main process and any pool children)."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(10)
