@@ -138,6 +138,9 @@ class SessionInfo:
     """The session's own instructions, placed before chatq's shared policy."""
     metadata_: Mapping[str, Any] | None = field(default=None)
     """Free-form session metadata."""
+    knowledge_bases: tuple[str, ...] | None = None
+    """Names of the attached knowledge bases, sorted, as read when the turn was claimed; None when
+    not known (the handler then looks them up itself)."""
 
 
 class BaseAgentHandler(ABC):

@@ -41,8 +41,13 @@ NO_QUESTION = "The message has no text to search the knowledge base for."
 
 
 def start_invocation(session: Any) -> ToolContext:
-    """A fresh `ToolContext` for one invocation on `session`, with its attached knowledge bases."""
-    return ToolContext.for_session(session, knowledge_bases=session_knowledge_bases(session.id))
+    """A fresh `ToolContext` for one invocation on `session`, with its attached knowledge bases.
+
+    A worker's claim already read them (`SessionInfo.knowledge_bases`); anything else is looked up.
+    """
+    known = getattr(session, "knowledge_bases", None)
+    names = known if known is not None else session_knowledge_bases(session.id)
+    return ToolContext.for_session(session, knowledge_bases=names)
 
 
 def search_tool(query: str, limit: int = 5) -> str:

@@ -122,7 +122,13 @@ _FAST_CLAIM = text(
         RETURNING t.id, t.session_id, t.position, t.attempts, t.deliveries, t.reply_to, t.queue
     )
     SELECT claimed.*, locked.agent_framework, locked.model, locked.system_prompt, locked.metadata,
-           m.content, m.images
+           m.content, m.images,
+           ARRAY(
+               SELECT kb.name FROM session_knowledge_bases skb
+               JOIN knowledge_bases kb ON kb.id = skb.knowledge_base_id
+               WHERE skb.session_id = claimed.session_id
+               ORDER BY kb.name
+           ) AS knowledge_bases
     FROM claimed
     JOIN locked ON true
     JOIN chat_messages m ON m.turn_id = claimed.id AND m.role = 'user'
@@ -156,6 +162,7 @@ def claim_turn(turn_id: uuid.UUID, *, worker: str) -> ClaimResult:
             model=row["model"],
             system_prompt=row["system_prompt"],
             metadata_=dict(row["metadata"] or {}),
+            knowledge_bases=tuple(row["knowledge_bases"]),
         )
         claim = Claim(
             turn_id=turn_id,

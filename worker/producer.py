@@ -133,11 +133,13 @@ def submit_turn(
     scope = connection_scope if busy_policy is IfBusy.ENQUEUE else session_scope
     try:
         with scope() as db:
-            # Taking the position locks the session row: concurrent submits queue up here.
-            position = turns.allocate_position(db, request.session_id)
-            if busy_policy is not IfBusy.ENQUEUE:
+            if busy_policy is IfBusy.ENQUEUE:
+                position = turns.insert_turn(db, request, queue=queue)
+            else:
+                # Taking the position locks the session row: concurrent submits queue up here.
+                position = turns.allocate_position(db, request.session_id)
                 cancelled = _apply_busy_policy(db, request.session_id, busy_policy)
-            turns.add_turn(db, request, position=position, queue=queue)
+                turns.add_turn(db, request, position=position, queue=queue)
     except turns.TurnExists:
         return _resubmission(request)
     for other_id in cancelled:

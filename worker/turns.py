@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, exists, func, insert, or_, select, text, update
+from sqlalchemy import BigInteger, Connection, and_, bindparam, exists, func, insert, or_, select, text, update
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -118,11 +119,52 @@ def add_turn(db: Session | Connection, request: TurnRequest, *, position: int, q
     )
 
 
+_INSERT_TURN = text(
+    """
+    WITH taken AS (
+        UPDATE chat_sessions SET next_turn_position = next_turn_position + 1
+        WHERE id = :session_id
+        RETURNING next_turn_position - 1 AS position
+    ),
+    turn AS (
+        INSERT INTO turns (id, session_id, position, status, queue, reply_to)
+        SELECT :turn_id, :session_id, taken.position, 'queued', :queue, :reply_to FROM taken
+        ON CONFLICT (id) DO NOTHING
+        RETURNING id, position
+    ),
+    message AS (
+        INSERT INTO chat_messages (session_id, turn_id, position, role, content, images)
+        SELECT :session_id, turn.id, turn.position * :stride, 'user', :content, :images FROM turn
+    )
+    SELECT taken.position, EXISTS (SELECT 1 FROM turn) AS created FROM taken
+    """
+).bindparams(bindparam("images", type_=JSONB), bindparam("reply_to", type_=BigInteger))
+
+
 def insert_turn(db: Session | Connection, request: TurnRequest, *, queue: str) -> int:
-    """Add a queued turn and its user message under the session lock; returns the turn's position."""
-    position = allocate_position(db, request.session_id)
-    add_turn(db, request, position=position, queue=queue)
-    return position
+    """Add a queued turn and its user message; returns the turn's position.
+
+    One statement (`allocate_position` + `add_turn` in a CTE): taking the position locks the session
+    row until commit. Raises SessionNotFound, or TurnExists (roll back: the position was taken).
+    """
+    check_reply_to(db, request.session_id, request.reply_to)
+    row = db.execute(
+        _INSERT_TURN,
+        {
+            "session_id": request.session_id,
+            "turn_id": request.turn_id,
+            "queue": queue,
+            "reply_to": request.reply_to,
+            "content": request.content,
+            "images": list(request.images) if request.images else None,
+            "stride": MESSAGE_POSITION_STRIDE,
+        },
+    ).one_or_none()
+    if row is None:
+        raise SessionNotFound(f"session {request.session_id} does not exist")
+    if not row.created:
+        raise TurnExists(str(request.turn_id))
+    return int(row.position)
 
 
 def ensure_turn(request: TurnRequest, *, queue: str) -> bool:
