@@ -1,0 +1,114 @@
+"""`submit_turn` against the real Postgres and Redis, no worker: what it stores, and what it refuses.
+
+No worker consumes this package's messages, so every row is exactly as `submit_turn` left it.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from sqlalchemy import func, select
+
+from models.db import session_scope
+from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
+from worker.errors import InvalidTurn, SessionNotFound, TurnConflict
+from worker.producer import create_session, submit_turn
+
+pytestmark = pytest.mark.usefixtures("chatq_env")
+
+IMAGE = "data:image/png;base64,iVBORw0KGgo="
+
+
+def _rows(session_id: uuid.UUID) -> tuple[list[tuple[int, str]], list[tuple[int, str, str]], int]:
+    """(turns as (position, status), messages as (position, role, content), next_turn_position)."""
+    with session_scope() as db:
+        turns = [
+            (t.position, t.status.value)
+            for t in db.execute(select(Turn).where(Turn.session_id == session_id).order_by(Turn.position)).scalars()
+        ]
+        messages = [
+            (m.position, m.role, m.content)
+            for m in db.execute(
+                select(ChatMessage).where(ChatMessage.session_id == session_id).order_by(ChatMessage.position)
+            ).scalars()
+        ]
+        next_position = db.execute(
+            select(ChatSession.next_turn_position).where(ChatSession.id == session_id)
+        ).scalar_one()
+    return turns, messages, next_position
+
+
+def test_turns_take_consecutive_positions_with_their_user_message() -> None:
+    sid = create_session(framework="none", model="echo")
+    first = submit_turn(sid, "one")
+    second = submit_turn(sid, "two", images=[IMAGE])
+    assert (first.position, second.position) == (0, 1)
+    assert first.created and second.created
+    turns, messages, next_position = _rows(sid)
+    assert turns == [(0, "queued"), (1, "queued")]
+    assert messages == [(0, "user", "one"), (MESSAGE_POSITION_STRIDE, "user", "two")]
+    assert next_position == 2
+    with session_scope() as db:
+        images = db.execute(select(ChatMessage.images).where(ChatMessage.turn_id == second.turn_id)).scalar_one()
+        row = db.get(Turn, second.turn_id)
+        assert row is not None and row.queue == "chatq" and row.attempts == 0 and row.reply_to is None
+    assert images == [IMAGE]
+
+
+def test_an_unknown_session_is_refused_and_nothing_is_stored() -> None:
+    missing = uuid.uuid4()
+    with pytest.raises(SessionNotFound, match=str(missing)):
+        submit_turn(missing, "hello")
+    with session_scope() as db:
+        assert db.execute(select(func.count()).select_from(Turn).where(Turn.session_id == missing)).scalar_one() == 0
+
+
+def test_the_same_turn_id_again_is_idempotent_and_takes_no_position() -> None:
+    sid = create_session(framework="none", model="echo")
+    turn_id = uuid.uuid4()
+    first = submit_turn(sid, "hello", turn_id=turn_id)
+    again = submit_turn(sid, "hello", turn_id=turn_id)
+    assert first.created and not again.created and not again.sent
+    assert again.position == first.position == 0
+    following = submit_turn(sid, "next")
+    assert following.position == 1, "a resubmission must not use up a position"
+    turns, messages, _ = _rows(sid)
+    assert turns == [(0, "queued"), (1, "queued")]
+    assert [m[2] for m in messages] == ["hello", "next"]
+
+
+def test_the_same_turn_id_with_other_content_or_session_conflicts() -> None:
+    sid = create_session(framework="none", model="echo")
+    other = create_session(framework="none", model="echo")
+    turn_id = uuid.uuid4()
+    submit_turn(sid, "hello", turn_id=turn_id)
+    with pytest.raises(TurnConflict):
+        submit_turn(sid, "something else", turn_id=turn_id)
+    with pytest.raises(TurnConflict):
+        submit_turn(other, "hello", turn_id=turn_id)
+    assert _rows(other) == ([], [], 0)
+    assert _rows(sid)[2] == 1
+
+
+def test_reply_to_must_be_a_user_message_of_the_same_session() -> None:
+    sid = create_session(framework="none", model="echo")
+    first = submit_turn(sid, "question")
+    with session_scope() as db:
+        user_message_id = db.execute(select(ChatMessage.id).where(ChatMessage.turn_id == first.turn_id)).scalar_one()
+    regenerated = submit_turn(sid, "question", reply_to=user_message_id)
+    with session_scope() as db:
+        row = db.get(Turn, regenerated.turn_id)
+        assert row is not None and row.reply_to == user_message_id
+    other = create_session(framework="none", model="echo")
+    with pytest.raises(InvalidTurn, match="is not a message of session"):
+        submit_turn(other, "question", reply_to=user_message_id)
+    assert _rows(other) == ([], [], 0)
+
+
+def test_a_batch_queue_turn_is_stored_on_that_queue() -> None:
+    sid = create_session(framework="none", model="echo")
+    submitted = submit_turn(sid, "later", queue="chatq.batch")
+    with session_scope() as db:
+        row = db.get(Turn, submitted.turn_id)
+        assert row is not None and row.queue == "chatq.batch" and row.status is TurnStatus.QUEUED
