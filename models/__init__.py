@@ -1,6 +1,13 @@
 """chatq's Postgres models, engine/session factory and migrations."""
 
-from models.db import connection_scope, dispose_engine, get_engine, get_sessionmaker, session_scope
+from models.db import (
+    autocommit_scope,
+    connection_scope,
+    dispose_engine,
+    get_engine,
+    get_sessionmaker,
+    session_scope,
+)
 from models.tables import (
     ACTIVE_STATUSES,
     MESSAGE_POSITION_STRIDE,
@@ -19,6 +26,7 @@ __all__ = [
     "ChatSession",
     "Turn",
     "TurnStatus",
+    "autocommit_scope",
     "connection_scope",
     "dispose_engine",
     "get_engine",

@@ -74,6 +74,18 @@ def connection_scope() -> Iterator[Connection]:
         yield connection
 
 
+@contextmanager
+def autocommit_scope() -> Iterator[Connection]:
+    """A Core connection in autocommit mode, for writes that are one statement (often a CTE).
+
+    A single statement is atomic on its own; outside a transaction it costs one round trip
+    instead of three (BEGIN, the statement, COMMIT). Never use it for two writes that must
+    succeed or fail together.
+    """
+    with get_engine().connect() as connection:
+        yield connection.execution_options(isolation_level="AUTOCOMMIT")
+
+
 def dispose_engine() -> None:
     """Close the pool (tests that switch databases, and shutdown)."""
     with _lock:

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import and_, exists, func, insert, select, text, update
+from sqlalchemy import and_, bindparam, exists, func, select, text, update
+from sqlalchemy.dialects.postgresql import JSONB
 
 from handlers.base import AgentMessage, SessionInfo, Usage
-from models.db import connection_scope, session_scope
+from models.db import autocommit_scope, connection_scope, session_scope
 from models.tables import ACTIVE_STATUSES, MESSAGE_POSITION_STRIDE, ChatMessage, Turn, TurnStatus
 from worker.config import get_settings
 from worker.errors import InvalidTurn
@@ -140,7 +141,8 @@ def claim_turn(turn_id: uuid.UUID, *, worker: str) -> ClaimResult:
     """Take a turn for running, if it is this turn's go. See the module docstring."""
     settings = get_settings()
     token = uuid.uuid4()
-    with connection_scope() as db:
+    # One statement: atomic on its own, so no transaction around it.
+    with autocommit_scope() as db:
         row = (
             db.execute(
                 _FAST_CLAIM,
@@ -267,46 +269,93 @@ class Finished:
     """The session's next queued turn, to send now (found in the same transaction)."""
 
 
+_COMPLETE = text(
+    """
+    WITH done AS (
+        UPDATE turns
+        SET status = 'succeeded', prompt_tokens = :prompt_tokens, completion_tokens = :completion_tokens,
+            total_tokens = :total_tokens, error = NULL, lease_token = NULL, lease_expires_at = NULL,
+            finished_at = clock_timestamp()
+        WHERE id = :turn_id AND status = 'running' AND lease_token = :token
+        RETURNING id, session_id, position
+    ),
+    stored AS (
+        INSERT INTO chat_messages (session_id, turn_id, position, role, content, tool_calls, tool_call_id, citations)
+        SELECT done.session_id, done.id, done.position * :stride + m.offset, m.role, m.content,
+               m.tool_calls, m.tool_call_id, m.citations
+        FROM done, jsonb_to_recordset(:messages)
+            AS m("offset" int, role text, content text, tool_calls jsonb, tool_call_id text, citations jsonb)
+    ),
+    following AS (
+        -- next_in's statement; this statement's snapshot still sees the turn above as running.
+        UPDATE turns t SET enqueued_at = clock_timestamp()
+        FROM chat_messages m
+        WHERE EXISTS (SELECT 1 FROM done)
+          AND t.id = (
+                SELECT id FROM turns
+                WHERE session_id = :session_id AND status IN ('queued', 'running') AND id <> :turn_id
+                ORDER BY position LIMIT 1
+            )
+          AND t.status = 'queued'
+          AND m.turn_id = t.id AND m.role = 'user'
+        RETURNING t.id, t.session_id, t.queue, t.reply_to, m.content, m.images
+    )
+    SELECT EXISTS (SELECT 1 FROM done) AS stored, following.*
+    FROM (SELECT 1) AS one LEFT JOIN following ON true
+    """
+).bindparams(bindparam("messages", type_=JSONB))
+
+
 def complete_turn(claim: Claim, messages: Sequence[AgentMessage], usage: Usage) -> Finished:
-    """Store the reply and usage in one transaction, once; not stored if the lease was lost."""
+    """Store the reply and usage, once; nothing is stored if the lease was lost.
+
+    One statement (ending the turn, inserting its messages, finding the session's next turn), so
+    it is atomic without a transaction around it.
+    """
     if len(messages) >= MESSAGE_POSITION_STRIDE:
         raise InvalidTurn(f"the agent produced {len(messages)} messages, more than one turn can hold")
-    with connection_scope() as db:
-        done = db.execute(
-            update(Turn)
-            .where(_owned(claim))
-            .values(
-                status=TurnStatus.SUCCEEDED,
-                prompt_tokens=int(usage.get("prompt_tokens", 0)),
-                completion_tokens=int(usage.get("completion_tokens", 0)),
-                total_tokens=int(usage.get("total_tokens", 0)),
-                error=None,
-                lease_token=None,
-                lease_expires_at=None,
-                finished_at=func.clock_timestamp(),
-            )
-            .returning(Turn.id)
-        ).scalar_one_or_none()
-        if done is None:
-            return Finished(stored=False)
-        base = claim.position * MESSAGE_POSITION_STRIDE
-        db.execute(
-            insert(ChatMessage),
-            [
+    rows = [
+        {
+            "offset": offset,
+            "role": message.role,
+            "content": message.content,
+            "tool_calls": message.tool_calls,
+            "tool_call_id": message.tool_call_id,
+            "citations": message.citations,
+        }
+        for offset, message in enumerate(messages, start=1)
+    ]
+    with autocommit_scope() as db:
+        row = (
+            db.execute(
+                _COMPLETE,
                 {
-                    "session_id": claim.session.id,
                     "turn_id": claim.turn_id,
-                    "position": base + index,
-                    "role": message.role,
-                    "content": message.content,
-                    "tool_calls": message.tool_calls,
-                    "tool_call_id": message.tool_call_id,
-                    "citations": message.citations,
-                }
-                for index, message in enumerate(messages, start=1)
-            ],
+                    "token": claim.lease_token,
+                    "session_id": claim.session.id,
+                    "prompt_tokens": int(usage.get("prompt_tokens", 0)),
+                    "completion_tokens": int(usage.get("completion_tokens", 0)),
+                    "total_tokens": int(usage.get("total_tokens", 0)),
+                    "stride": MESSAGE_POSITION_STRIDE,
+                    "messages": rows,
+                },
+            )
+            .mappings()
+            .one()
         )
-        return Finished(stored=True, next_turn=next_in(db, claim.session.id))
+    if not row["stored"]:
+        return Finished(stored=False)
+    if row["id"] is None:
+        return Finished(stored=True)
+    following = NextTurn(
+        turn_id=row["id"],
+        session_id=row["session_id"],
+        queue=row["queue"],
+        content=row["content"],
+        images=list(row["images"]) if row["images"] else None,
+        reply_to=row["reply_to"],
+    )
+    return Finished(stored=True, next_turn=following)
 
 
 def finish_turn(claim: Claim, status: TurnStatus, error: str | None = None) -> Finished:

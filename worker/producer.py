@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from models.db import connection_scope, session_scope
+from models.db import autocommit_scope, session_scope
 from models.knowledge import attach_knowledge_bases
 from models.tables import ACTIVE_STATUSES, ChatMessage, ChatSession, Turn, TurnStatus
 from worker import turns
@@ -129,13 +129,13 @@ def submit_turn(
         reply_to=validate_reply_to(reply_to),
     )
     cancelled: list[uuid.UUID] = []
-    # The common case needs no ORM objects: a plain connection keeps submit lean.
-    scope = connection_scope if busy_policy is IfBusy.ENQUEUE else session_scope
     try:
-        with scope() as db:
-            if busy_policy is IfBusy.ENQUEUE:
-                position = turns.insert_turn(db, request, queue=queue)
-            else:
+        if busy_policy is IfBusy.ENQUEUE:
+            # The common case is one statement, so it needs no transaction around it.
+            with autocommit_scope() as conn:
+                position = turns.insert_turn(conn, request, queue=queue)
+        else:
+            with session_scope() as db:
                 # Taking the position locks the session row: concurrent submits queue up here.
                 position = turns.allocate_position(db, request.session_id)
                 cancelled = _apply_busy_policy(db, request.session_id, busy_policy)

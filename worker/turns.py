@@ -122,8 +122,9 @@ def add_turn(db: Session | Connection, request: TurnRequest, *, position: int, q
 _INSERT_TURN = text(
     """
     WITH taken AS (
+        -- Not for a turn id that exists: outside a transaction the position could not be given back.
         UPDATE chat_sessions SET next_turn_position = next_turn_position + 1
-        WHERE id = :session_id
+        WHERE id = :session_id AND NOT EXISTS (SELECT 1 FROM turns WHERE id = :turn_id)
         RETURNING next_turn_position - 1 AS position
     ),
     turn AS (
@@ -136,7 +137,8 @@ _INSERT_TURN = text(
         INSERT INTO chat_messages (session_id, turn_id, position, role, content, images)
         SELECT :session_id, turn.id, turn.position * :stride, 'user', :content, :images FROM turn
     )
-    SELECT taken.position, EXISTS (SELECT 1 FROM turn) AS created FROM taken
+    SELECT (SELECT position FROM turn) AS position,
+           EXISTS (SELECT 1 FROM chat_sessions WHERE id = :session_id) AS session_exists
     """
 ).bindparams(bindparam("images", type_=JSONB), bindparam("reply_to", type_=BigInteger))
 
@@ -144,8 +146,9 @@ _INSERT_TURN = text(
 def insert_turn(db: Session | Connection, request: TurnRequest, *, queue: str) -> int:
     """Add a queued turn and its user message; returns the turn's position.
 
-    One statement (`allocate_position` + `add_turn` in a CTE): taking the position locks the session
-    row until commit. Raises SessionNotFound, or TurnExists (roll back: the position was taken).
+    One statement (`allocate_position` + `add_turn` as a CTE), so it is atomic also in autocommit;
+    taking the position locks the session row. Raises SessionNotFound, or TurnExists when the id is
+    taken (then no position is used, except by a duplicate racing this very insert).
     """
     check_reply_to(db, request.session_id, request.reply_to)
     row = db.execute(
@@ -159,12 +162,12 @@ def insert_turn(db: Session | Connection, request: TurnRequest, *, queue: str) -
             "images": list(request.images) if request.images else None,
             "stride": MESSAGE_POSITION_STRIDE,
         },
-    ).one_or_none()
-    if row is None:
+    ).one()
+    if row.position is not None:
+        return int(row.position)
+    if not row.session_exists:
         raise SessionNotFound(f"session {request.session_id} does not exist")
-    if not row.created:
-        raise TurnExists(str(request.turn_id))
-    return int(row.position)
+    raise TurnExists(str(request.turn_id))
 
 
 def ensure_turn(request: TurnRequest, *, queue: str) -> bool:

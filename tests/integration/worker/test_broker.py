@@ -1,0 +1,50 @@
+"""worker/broker.py: chatq's Redis transport against the real Redis, through kombu and Celery."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from kombu import Connection, Queue
+
+from worker.broker import Channel, Transport
+
+pytestmark = pytest.mark.usefixtures("chatq_env")
+
+
+def test_the_celery_app_publishes_through_chatq_transport() -> None:
+    from worker.app import app
+
+    with app.connection_for_write() as connection:
+        assert isinstance(connection.transport, Transport)
+        assert isinstance(connection.default_channel, Channel)
+
+
+def test_one_client_serves_every_publish_and_is_rebuilt_after_the_pools_are_dropped(redis_url: str) -> None:
+    with Connection(redis_url, transport=Transport) as connection:
+        channel = connection.default_channel
+        with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
+            assert first is second
+        given = object()
+        with channel.conn_or_acquire(given) as passed:
+            assert passed is given
+        channel._disconnect_pools()
+        with channel.conn_or_acquire() as rebuilt:
+            assert rebuilt is not first
+            assert rebuilt.ping()
+
+
+def test_messages_published_on_the_shared_client_arrive_in_order(redis_url: str) -> None:
+    queue = Queue(f"chatq.test-broker.{uuid.uuid4().hex}")
+    with Connection(redis_url, transport=Transport) as connection:
+        producer = connection.Producer(serializer="json")
+        for n in range(5):
+            producer.publish({"n": n}, routing_key=queue.name, declare=[queue])
+        received: list[int] = []
+        with connection.SimpleQueue(queue) as simple:
+            for _ in range(5):
+                message = simple.get(timeout=5)
+                received.append(message.payload["n"])
+                message.ack()
+            simple.queue.delete()
+    assert received == [0, 1, 2, 3, 4]
