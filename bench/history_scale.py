@@ -105,7 +105,7 @@ def _history_timing(session_id: uuid.UUID, reps: int) -> tuple[float, int, int]:
     from handlers.base import SessionInfo
     from handlers.history import build_history
 
-    info = SessionInfo(id=session_id, agent_framework="langgraph", model=MODEL)
+    info = SessionInfo(id=session_id, agent_framework="langgraph", model=MODEL, knowledge_bases=())
     history = build_history(info, None, "how are you")
     times = []
     for _ in range(reps):

@@ -127,7 +127,14 @@ def _in_process(model: str, turns: int) -> float:
     from handlers.base import SessionInfo, StreamEventKind
 
     def once() -> None:
-        info = SessionInfo(id=uuid.uuid4(), agent_framework="langgraph", model=model, system_prompt=None, metadata_={})
+        info = SessionInfo(
+            id=uuid.uuid4(),
+            agent_framework="langgraph",
+            model=model,
+            system_prompt=None,
+            metadata_={},
+            knowledge_bases=(),
+        )
         handler = get_agent_handler(info)
         final = [e for e in handler.stream(TEXT) if e.kind == StreamEventKind.FINAL]
         if not final:

@@ -89,7 +89,14 @@ def _in_process_handler(chunks: int, interval: float, turns: int) -> list[float]
 
     out: list[float] = []
     for _ in range(turns):
-        info = SessionInfo(id=uuid.uuid4(), agent_framework="langgraph", model=MODEL, system_prompt=None, metadata_={})
+        info = SessionInfo(
+            id=uuid.uuid4(),
+            agent_framework="langgraph",
+            model=MODEL,
+            system_prompt=None,
+            metadata_={},
+            knowledge_bases=(),
+        )
         for event in get_agent_handler(info).stream(f"[stamps: {chunks}] [slow: {interval:g}]"):
             now = time.time()
             if event.kind == StreamEventKind.TEXT:
