@@ -38,8 +38,9 @@ __all__ = ["History", "build_history"]
 
 _MIN_PAGE = 16
 _MAX_PAGE = 200
-_TOKENS_PER_ROW_GUESS = 32
-"""Sizes the next page from the budget left: small budgets read small pages, big ones up to 200 rows."""
+"""The first page is `_MIN_PAGE` rows; later ones are sized from the tokens per row seen so far
+(with a fifth to spare), so a session of long messages is not read 200 rows at a time to keep ten,
+and one of short messages still needs few round trips."""
 
 _SNIPPET_CHARS = 200
 """Characters of an omitted user message fetched for the summary (messages can be 100k chars)."""
@@ -163,12 +164,18 @@ def _collect(conn: Connection, session_id: uuid.UUID, before: int | None, remain
     turn_id: Any = None
     turn_tokens = 0
     cursor = before
+    rows_read = 0
     if remaining <= 0:
         return _Kept(messages=kept, tokens=0, oldest=None, complete=False)
     while True:
-        limit = min(_MAX_PAGE, max(_MIN_PAGE, (remaining - kept_tokens) // _TOKENS_PER_ROW_GUESS))
+        limit = _MIN_PAGE
+        if rows_read:
+            tokens_per_row = max(1, (kept_tokens + turn_tokens) // rows_read)
+            rows_left = (remaining - kept_tokens - turn_tokens) // tokens_per_row + 1
+            limit = min(_MAX_PAGE, max(_MIN_PAGE, rows_left + rows_left // 5))
         statement = _page_statement(after_cursor=cursor is not None)
         rows = conn.execute(statement, {"session_id": session_id, "cursor": cursor, "limit": limit}).all()
+        rows_read += len(rows)
         for row in rows:
             if turn and row.turn_id != turn_id:
                 # The previous row ended a turn (a turn's messages are contiguous by position): keep it.

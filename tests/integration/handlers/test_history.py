@@ -324,3 +324,19 @@ def test_a_10000_message_session_reads_only_what_fits() -> None:
     # ... and only about what fits: at most one short page beyond the kept messages, plus the count.
     assert big_cost.rows <= kept + 16 + 1
     assert len(small_history.messages) == kept
+
+
+def test_long_messages_are_read_in_small_pages_not_a_page_sized_for_short_ones() -> None:
+    sid = create_session()
+    long_text = "lorem ipsum dolor sit amet " * 100  # about 500 tokens a message
+    for n in range(60):
+        add_turn(sid, [user(f"{n} {long_text}"), assistant(f"{n} {long_text}")])
+
+    with counting() as cost:
+        history = build_history(ref(sid), budget_tokens=6_000)
+
+    kept = len(history.messages)
+    assert 4 <= kept <= 12
+    assert history.omitted == 120 - kept
+    # A page sized for 32-token rows would be 187 rows of ~2 kB each; this reads the first page only.
+    assert cost.rows <= kept + 16 + 1
