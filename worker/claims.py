@@ -345,17 +345,7 @@ def complete_turn(claim: Claim, messages: Sequence[AgentMessage], usage: Usage) 
         )
     if not row["stored"]:
         return Finished(stored=False)
-    if row["id"] is None:
-        return Finished(stored=True)
-    following = NextTurn(
-        turn_id=row["id"],
-        session_id=row["session_id"],
-        queue=row["queue"],
-        content=row["content"],
-        images=list(row["images"]) if row["images"] else None,
-        reply_to=row["reply_to"],
-    )
-    return Finished(stored=True, next_turn=following)
+    return Finished(stored=True, next_turn=None if row["id"] is None else NextTurn.from_row(row))
 
 
 def finish_turn(claim: Claim, status: TurnStatus, error: str | None = None) -> Finished:

@@ -13,7 +13,20 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import BigInteger, Connection, and_, bindparam, exists, func, insert, or_, select, text, update
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    RowMapping,
+    and_,
+    bindparam,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
@@ -207,6 +220,18 @@ class NextTurn:
     reply_to: int | None
     """Its reply_to."""
 
+    @classmethod
+    def from_row(cls, row: RowMapping) -> NextTurn:
+        """From a row with the columns `_NEXT_RUNNABLE` returns (id, session_id, queue, reply_to, content, images)."""
+        return cls(
+            turn_id=row["id"],
+            session_id=row["session_id"],
+            queue=row["queue"],
+            content=row["content"],
+            images=list(row["images"]) if row["images"] else None,
+            reply_to=row["reply_to"],
+        )
+
     def to_message(self) -> dict[str, Any]:
         """Its `chatq.run_turn` message."""
         return task_message(
@@ -237,16 +262,7 @@ _NEXT_RUNNABLE = text(
 def next_in(db: Session | Connection, session_id: uuid.UUID) -> NextTurn | None:
     """The session's head turn if it is queued (nothing runs before it), marked as sent now."""
     row = db.execute(_NEXT_RUNNABLE, {"session_id": session_id}).mappings().one_or_none()
-    if row is None:
-        return None
-    return NextTurn(
-        turn_id=row["id"],
-        session_id=row["session_id"],
-        queue=row["queue"],
-        content=row["content"],
-        images=list(row["images"]) if row["images"] else None,
-        reply_to=row["reply_to"],
-    )
+    return None if row is None else NextTurn.from_row(row)
 
 
 def next_runnable(session_id: uuid.UUID) -> NextTurn | None:
