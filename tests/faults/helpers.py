@@ -46,61 +46,8 @@ _DB_DOWN = (OperationalError, DBAPIError)
 # --- processes --------------------------------------------------------------------------------
 
 
-class Worker(WorkerProcess):
-    """A WorkerProcess that can be launched without waiting, so several start in parallel."""
-
-    def launch(self) -> Worker:
-        """Start the process; `wait_ready` waits for Celery's ready line."""
-        command = [
-            sys.executable,
-            "-m",
-            "worker.cli",
-            "worker",
-            "--hostname",
-            f"{self.name}@%h",
-            "--concurrency",
-            str(self.concurrency),
-            "--queues",
-            self.queues,
-            "--without-gossip",
-            "--without-mingle",
-            *self.extra,
-        ]
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        return self
-
-    def wait_ready(self, *, timeout: float = 60.0) -> Worker:
-        """Wait until Celery says the worker is ready."""
-        assert self.process is not None, "launch() first"
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if " ready." in self.log():
-                return self
-            if self.process.poll() is not None:
-                raise RuntimeError(f"worker {self.name} exited at start:\n{self.log()[-4000:]}")
-            time.sleep(0.05)
-        self.kill()
-        raise RuntimeError(f"worker {self.name} did not become ready:\n{self.log()[-4000:]}")
-
-    def start(self, *, timeout: float = 60.0) -> Worker:
-        return self.launch().wait_ready(timeout=timeout)
-
-    @property
-    def hostname_prefix(self) -> str:
-        """What `turns.worker` starts with for turns this worker claimed."""
-        return f"{self.name}@"
-
-    def wait_exit(self, timeout: float) -> int | None:
-        """The exit code, or None if it still runs after `timeout` seconds."""
-        if self.process is None:
-            return None
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
+Worker = WorkerProcess
+"""The fault tests' name for a `chatq worker` subprocess (launched without waiting, restartable)."""
 
 
 class Workers:

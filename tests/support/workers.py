@@ -73,8 +73,8 @@ class WorkerProcess(ManagedProcess):
         self.log_path = Path(tempfile.mkdtemp(prefix="chatq-worker-")) / f"{self.name}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, *, timeout: float = 60.0) -> WorkerProcess:
-        """Start the worker and wait until Celery says it is ready."""
+    def launch(self) -> WorkerProcess:
+        """Start the process without waiting (several can start in parallel); `wait_ready` waits."""
         command = [
             sys.executable,
             "-m",
@@ -90,19 +90,34 @@ class WorkerProcess(ManagedProcess):
             "--without-mingle",
             *self.extra,
         ]
-        log = self.log_path.open("wb")
-        self.process = subprocess.Popen(
-            command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        # Appended: a worker restarted under the same name keeps its earlier log.
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        return self
+
+    def wait_ready(self, *, timeout: float = 60.0) -> WorkerProcess:
+        """Wait until Celery says the worker is ready."""
+        assert self.process is not None, "launch() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"worker {self.name} exited at start:\n{self.log()[-4000:]}")
             if " ready." in self.log():
                 return self
-            time.sleep(0.1)
+            if self.process.poll() is not None:
+                raise RuntimeError(f"worker {self.name} exited at start:\n{self.log()[-4000:]}")
+            time.sleep(0.05)
         self.kill()
         raise RuntimeError(f"worker {self.name} did not become ready:\n{self.log()[-4000:]}")
+
+    def start(self, *, timeout: float = 60.0) -> WorkerProcess:
+        """Start the worker and wait until Celery says it is ready."""
+        return self.launch().wait_ready(timeout=timeout)
+
+    @property
+    def hostname_prefix(self) -> str:
+        """What `turns.worker` starts with for turns this worker claimed."""
+        return f"{self.name}@"
 
     def stop(self, *, timeout: float = 30.0) -> int | None:
         """SIGTERM (Celery's warm shutdown), then SIGKILL if it does not exit in time."""
