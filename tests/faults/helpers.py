@@ -235,6 +235,18 @@ def session_transcript(session_id: uuid.UUID) -> list[tuple[str, str]]:
     return read_db(query)
 
 
+def assert_each_turn_answered_once(rows: Mapping[uuid.UUID, Turn], texts: Mapping[uuid.UUID, list[str]]) -> None:
+    """Every turn in `rows` succeeded and holds its user message and exactly one reply, and each
+    session's transcript is its user messages (`texts`, in submission order), each followed by its reply."""
+    assert {str(k)[:8]: (r.status.value, r.error) for k, r in rows.items() if r.status.value != "succeeded"} == {}
+    by_turn = messages_by_turn(texts)
+    assert {t: [m.role for m in by_turn.get(t, [])] for t in rows} == {t: ["user", "assistant"] for t in rows}
+    for session_id, expected in texts.items():
+        transcript = session_transcript(session_id)
+        assert [content for role, content in transcript if role == "user"] == expected
+        assert [role for role, _ in transcript] == ["user", "assistant"] * len(expected)
+
+
 def event_types(redis_url: str, turn_id: uuid.UUID) -> list[str]:
     """The `type` of every event in the turn's replay stream."""
     return [event["type"] for event in replay_events(redis_url, turn_id)]

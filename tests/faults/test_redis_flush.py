@@ -13,8 +13,7 @@ from tests.faults.helpers import (
     STUB_MODEL,
     Beat,
     Workers,
-    messages_by_turn,
-    session_transcript,
+    assert_each_turn_answered_once,
     wait_finished,
 )
 from worker.producer import create_session, submit_turn
@@ -53,16 +52,6 @@ def test_turns_whose_messages_were_flushed_from_redis_all_run_once(
     recovery = time.monotonic() - flushed_at
     print(f"\n{len(turn_ids)} flushed turns all finished {recovery:.1f}s after the flush (grace {REQUEUE_GRACE:g}s)")
 
-    assert all(row.status.value == "succeeded" for row in rows.values()), {
-        str(k)[:8]: (r.status.value, r.error) for k, r in rows.items()
-    }
-    by_turn = messages_by_turn(sessions)
-    assert {turn_id: [m.role for m in by_turn[turn_id]] for turn_id in turn_ids} == {
-        turn_id: ["user", "assistant"] for turn_id in turn_ids
-    }
-    for session_id in sessions:
-        transcript = session_transcript(session_id)
-        assert [role for role, _ in transcript] == ["user", "assistant"] * TURNS_PER_SESSION
-        assert [content for role, content in transcript if role == "user"] == texts[session_id]
+    assert_each_turn_answered_once(rows, texts)
     assert all(row.attempts == 1 for row in rows.values())
     assert workers.alive

@@ -13,9 +13,8 @@ from tests.faults.helpers import (
     Beat,
     RedisControl,
     Workers,
+    assert_each_turn_answered_once,
     load_turns,
-    messages_by_turn,
-    session_transcript,
     wait_finished,
     wait_status,
 )
@@ -86,14 +85,7 @@ def test_turns_queued_and_running_across_a_redis_restart_all_succeed_once(
                 workers.one(concurrency=4)
         time.sleep(0.2)
     print(f"all {len(turn_ids)} turns finished {time.monotonic() - restarted_at:.1f}s after the restart")
-    assert {str(k)[:8]: (r.status.value, r.error) for k, r in rows.items() if r.status.value != "succeeded"} == {}
-    by_turn = messages_by_turn(sessions)
-    assert {t: [m.role for m in by_turn.get(t, [])] for t in turn_ids} == {t: ["user", "assistant"] for t in turn_ids}
-    for session_id in sessions:
-        transcript = session_transcript(session_id)
-        expected = [content for _, sid, content in submitted if sid == session_id]
-        assert [content for role, content in transcript if role == "user"] == expected
-        assert [role for role, _ in transcript] == ["user", "assistant"] * len(expected)
+    assert_each_turn_answered_once(rows, {s: [c for _, sid, c in submitted if sid == s] for s in sessions})
 
     assert beat.alive, "beat should survive a Redis restart by itself"
     after = submit_turn(sessions[0], "still there after the restart? [words: 3]")
