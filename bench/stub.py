@@ -15,7 +15,6 @@ Every other directive (`[sleep: S]`, `[slow: S]`, `[words: N]`, ...) behaves as 
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
 from http.server import ThreadingHTTPServer
@@ -29,12 +28,12 @@ __all__ = ["BenchStub", "main"]
 
 class _Server(ThreadingHTTPServer):
     request_queue_size = 1024
-    daemon_threads = True
-    block_on_close = False
 
 
 class BenchStub(OpenAIStub):
     """OpenAIStub with concurrency counters and the `[stamps: N]` directive."""
+
+    server_class = _Server
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -42,20 +41,8 @@ class BenchStub(OpenAIStub):
         self.peak = 0
         self.total = 0
 
-    def start(self) -> BenchStub:
-        if self._server is not None:
-            return self
-        stub = self
-
-        class Handler(_BenchHandler):
-            owner = stub
-
-        server = _Server((self._host, self._port), Handler)
-        self._stopping.clear()
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="bench-stub", daemon=True)
-        self._thread.start()
-        return self
+    def handler_base(self) -> type[_Handler]:
+        return _BenchHandler
 
     def record(self, body: dict[str, Any]) -> None:
         pass  # a benchmark sends thousands of requests: keep no bodies

@@ -97,6 +97,13 @@ class Reply:
 class OpenAIStub:
     """The server: start()/stop() or use as a context manager; `base_url` ends in /v1."""
 
+    server_class: type[ThreadingHTTPServer] = ThreadingHTTPServer
+    """The HTTP server class (the benchmarks' stub listens with a deeper backlog)."""
+
+    def handler_base(self) -> type[_Handler]:
+        """The request handler class to serve with (a subclass may add directives)."""
+        return _Handler
+
     def __init__(
         self, *, host: str = "127.0.0.1", port: int = 0, latency: float = 0.0, chunk_interval: float = 0.0
     ) -> None:
@@ -122,15 +129,15 @@ class OpenAIStub:
             return self
         stub = self
 
-        class Handler(_Handler):
+        class Handler(self.handler_base()):  # type: ignore[misc]
             owner = stub
 
-        server = ThreadingHTTPServer((self._host, self._port), Handler)
+        server = self.server_class((self._host, self._port), Handler)
         server.daemon_threads = True
         server.block_on_close = False  # a handler sleeping on [sleep: S] must not hold up stop()
         self._stopping.clear()
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="openai-stub", daemon=True)
+        self._thread = threading.Thread(target=server.serve_forever, name=type(self).__name__, daemon=True)
         self._thread.start()
         return self
 
