@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -43,22 +41,3 @@ def make_session(chatq_env: dict[str, str]) -> Callable[..., SessionInfo]:
         )
 
     return create
-
-
-@contextmanager
-def environ(**values: str) -> Iterator[None]:
-    """Set environment variables and re-read settings; restore both afterwards."""
-    from worker.config import reset_settings
-
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    reset_settings()
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        reset_settings()

@@ -14,7 +14,7 @@ import pytest
 
 from handlers import AgentInvocationError, AgentMessage, BaseAgentHandler, framework_names, get_agent_handler
 from handlers.base import SessionInfo, Usage
-from tests.integration.handlers.conftest import environ
+from tests.support.env import environ
 from tests.support.factories import add_turn, assistant, user
 from tests.support.openai_stub import OpenAIStub
 

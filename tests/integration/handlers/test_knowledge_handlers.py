@@ -22,7 +22,7 @@ from handlers.tools import KNOWLEDGE_BASE_TOOL, UNRECORDED, Tool, register_tool,
 from models.db import session_scope
 from models.knowledge import attach_knowledge_bases
 from models.tables import PaidToolCall, TurnStatus
-from tests.integration.handlers.conftest import environ
+from tests.support.env import environ
 from tests.support.factories import add_turn, user
 from tests.support.knowledge import Corpus, make_corpus
 from tests.support.openai_stub import OpenAIStub

@@ -13,7 +13,7 @@ import pytest
 from handlers import AgentInvocationError, AgentMessage, StreamEvent, get_agent_handler
 from handlers.base import SessionInfo, Usage
 from handlers.errors import UnknownTool
-from tests.integration.handlers.conftest import environ
+from tests.support.env import environ
 from tests.support.fixtures import STUB_API_KEY
 from tests.support.openai_stub import OpenAIStub
 

@@ -11,7 +11,7 @@ import pytest
 from handlers import AgentInvocationError, AgentMessage, get_agent_handler
 from handlers.base import SessionInfo, Usage
 from handlers.none.handler import NoneHandler
-from tests.integration.handlers.conftest import environ
+from tests.support.env import environ
 from tests.support.openai_stub import OpenAIStub
 
 MakeSession = Callable[..., SessionInfo]
