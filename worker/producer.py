@@ -136,10 +136,11 @@ def submit_turn(
                 position = turns.insert_turn(conn, request, queue=queue)
         else:
             with session_scope() as db:
-                # Taking the position locks the session row: concurrent submits queue up here.
-                position = turns.allocate_position(db, request.session_id)
+                # The session row lock first: concurrent submits queue up here before looking at
+                # the session's unfinished turns.
+                turns.lock_session(db, request.session_id)
                 cancelled = _apply_busy_policy(db, request.session_id, busy_policy)
-                turns.add_turn(db, request, position=position, queue=queue)
+                position = turns.insert_turn(db, request, queue=queue)
     except turns.TurnExists:
         return _resubmission(request)
     for other_id in cancelled:

@@ -21,11 +21,9 @@ from sqlalchemy import (
     bindparam,
     exists,
     func,
-    insert,
     or_,
     select,
     text,
-    update,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -89,49 +87,6 @@ class TurnExists(Exception):
     """The turn id is taken (a resubmission, or a duplicate message racing this one)."""
 
 
-def allocate_position(db: Session | Connection, session_id: uuid.UUID) -> int:
-    """Take the session's next turn position; the update also locks the session row until commit."""
-    position = db.execute(
-        update(ChatSession)
-        .where(ChatSession.id == session_id)
-        .values(next_turn_position=ChatSession.next_turn_position + 1)
-        .returning(ChatSession.next_turn_position - 1)
-    ).scalar_one_or_none()
-    if position is None:
-        raise SessionNotFound(f"session {session_id} does not exist")
-    return int(position)
-
-
-def add_turn(db: Session | Connection, request: TurnRequest, *, position: int, queue: str) -> None:
-    """Insert a queued turn and its user message; raises TurnExists if the id is taken."""
-    check_reply_to(db, request.session_id, request.reply_to)
-    inserted = db.execute(
-        pg_insert(Turn)
-        .values(
-            id=request.turn_id,
-            session_id=request.session_id,
-            position=position,
-            status=TurnStatus.QUEUED,
-            queue=queue,
-            reply_to=request.reply_to,
-        )
-        .on_conflict_do_nothing(index_elements=[Turn.id])
-        .returning(Turn.id)
-    ).scalar_one_or_none()
-    if inserted is None:
-        raise TurnExists(str(request.turn_id))
-    db.execute(
-        insert(ChatMessage).values(
-            session_id=request.session_id,
-            turn_id=request.turn_id,
-            position=position * MESSAGE_POSITION_STRIDE,
-            role="user",
-            content=request.content,
-            images=list(request.images) if request.images else None,
-        )
-    )
-
-
 _INSERT_TURN = text(
     """
     WITH taken AS (
@@ -159,9 +114,10 @@ _INSERT_TURN = text(
 def insert_turn(db: Session | Connection, request: TurnRequest, *, queue: str) -> int:
     """Add a queued turn and its user message; returns the turn's position.
 
-    One statement (`allocate_position` + `add_turn` as a CTE), so it is atomic also in autocommit;
-    taking the position locks the session row. Raises SessionNotFound, or TurnExists when the id is
-    taken (then no position is used, except by a duplicate racing this very insert).
+    One statement (take the session's next position, insert the turn and its user message), so it
+    is atomic also in autocommit; taking the position locks the session row. Raises SessionNotFound,
+    or TurnExists when the id is taken (then no position is used, except by a duplicate racing this
+    very insert).
     """
     check_reply_to(db, request.session_id, request.reply_to)
     row = db.execute(

@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 
 from models.db import session_scope
 from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
-from worker.errors import InvalidTurn, SessionNotFound, TurnConflict
+from worker.errors import InvalidTurn, SessionBusy, SessionNotFound, TurnConflict
 from worker.producer import create_session, submit_turn
 
 pytestmark = pytest.mark.usefixtures("chatq_env")
@@ -112,3 +112,23 @@ def test_a_batch_queue_turn_is_stored_on_that_queue() -> None:
     with session_scope() as db:
         row = db.get(Turn, submitted.turn_id)
         assert row is not None and row.queue == "chatq.batch" and row.status is TurnStatus.QUEUED
+
+
+def test_if_busy_reject_stores_nothing_and_interrupt_cancels_the_queued_turns() -> None:
+    sid = create_session(framework="none", model="echo")
+    waiting = submit_turn(sid, "first")
+    with pytest.raises(SessionBusy):
+        submit_turn(sid, "me too", if_busy="reject")
+    assert _rows(sid) == ([(0, "queued")], [(0, "user", "first")], 1)
+    replacement = submit_turn(sid, "instead", if_busy="interrupt")
+    assert replacement.cancelled == [waiting.turn_id]
+    assert replacement.position == 1
+    turns, messages, next_position = _rows(sid)
+    assert turns == [(0, "cancelled"), (1, "queued")]
+    assert [m[2] for m in messages] == ["first", "instead"]
+    assert next_position == 2
+
+
+def test_if_busy_on_an_unknown_session_is_refused() -> None:
+    with pytest.raises(SessionNotFound):
+        submit_turn(uuid.uuid4(), "hello", if_busy="interrupt")
