@@ -18,7 +18,7 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
-from worker.config import get_settings
+from worker.config import get_settings, mask_secrets
 
 _lock = threading.Lock()
 _state: dict[str, object] = {}
@@ -57,7 +57,7 @@ def _make_checkout_check(engine: Engine) -> Any:
         try:
             engine.dialect.do_ping(dbapi_connection)
         except Exception as exc:
-            raise DisconnectionError(f"pooled connection is dead: {exc}") from exc
+            raise DisconnectionError(f"pooled connection is dead: {mask_secrets(str(exc))}") from exc
 
     return check
 
