@@ -7,7 +7,7 @@ import logging
 from collections.abc import AsyncGenerator, Generator, Iterator, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphRecursionError
 
@@ -17,6 +17,7 @@ from handlers.knowledge import choose_citations, start_invocation
 from handlers.langgraph.graph import RECURSION_LIMIT, get_graph
 from handlers.langgraph.nodes import AGENT_NODE, RETRIEVE_NODE, TOOL_NODE
 from handlers.langgraph.state import CONTEXT_KEY, TurnContext
+from handlers.langgraph.streaming import TEXT, GraphRun, run_graph
 from handlers.langgraph.tools import langchain_tools
 from handlers.lc.errors import invocation_error
 from handlers.lc.messages import content_text, to_agent_message, usage_from
@@ -66,20 +67,15 @@ class LangGraphHandler(BaseAgentHandler):
             model = get_chat_model(model_name(self.session))
             # Built once per invocation and handed to the nodes through the config (seed).
             llm = model.bind_tools(langchain_tools(tools)) if tools else model
-            context = TurnContext(llm=llm, system_prompt=turn.system_prompt, deadline=deadline, tools=invocation)
+            run = GraphRun()
+            context = TurnContext(
+                llm=llm, system_prompt=turn.system_prompt, deadline=deadline, tools=invocation, on_text=run.on_text
+            )
             config: RunnableConfig = {"recursion_limit": RECURSION_LIMIT, "configurable": {CONTEXT_KEY: context}}
             # With knowledge bases attached, the first step of every question is a search.
             graph = get_graph(tools, retrieve=bool(knowledge_bases))
-            parts = graph.stream({"messages": turn.messages}, config, stream_mode=["messages", "updates"])
-            try:
-                yield from _events(parts, deadline, produced)
-            finally:
-                # Stop the graph now (also when our consumer stops early), not whenever it is collected:
-                # closing waits for running nodes, and the stopped deadline makes them end promptly.
-                deadline.stop()
-                close = getattr(parts, "close", None)
-                if close is not None:
-                    close()
+            # Leaving this loop early stops the graph and waits for its running node (run_graph).
+            yield from _events(run_graph(graph, {"messages": turn.messages}, config, run, deadline), produced)
         except HandlerError:
             # AgentInvocationError as is; any other HandlerError (an unknown tool, a reply_to of another
             # session) is bad input that a retry cannot fix, so it keeps its own type for the worker.
@@ -105,22 +101,18 @@ class LangGraphHandler(BaseAgentHandler):
         return astream_from(lambda: self.stream(user_message, images, reply_to))
 
 
-def _events(parts: Iterator[Any], deadline: Deadline, produced: list[BaseMessage]) -> Iterator[StreamEvent]:
-    """Turn LangGraph's ("messages" | "updates", data) parts into chatq events; collect new messages.
+def _events(items: Iterator[tuple[str, Any]], produced: list[BaseMessage]) -> Iterator[StreamEvent]:
+    """Turn the graph run's text chunks and updates into chatq events; collect new messages.
 
     Text comes from the agent node's token chunks; the agent's finished messages and the tool
-    results come from "updates", which is also where `produced` (this turn's messages, in order)
+    results come from the updates, which is also where `produced` (this turn's messages, in order)
     is filled. A reply that arrived without token chunks is sent as one text event.
     """
     streamed = False  # did the current agent step stream any text?
-    for mode, data in parts:
-        deadline.check()
-        if mode == "messages":
-            chunk, metadata = data
-            text = content_text(chunk.content) if isinstance(chunk, AIMessageChunk) else ""
-            if text and metadata.get("langgraph_node") == AGENT_NODE:
-                streamed = True
-                yield StreamEvent(kind=StreamEventKind.TEXT, text=text)
+    for kind, data in items:
+        if kind == TEXT:
+            streamed = True
+            yield StreamEvent(kind=StreamEventKind.TEXT, text=data)
             continue
         for node, update in (data or {}).items():
             if node not in (RETRIEVE_NODE, AGENT_NODE, TOOL_NODE) or not update:

@@ -6,10 +6,10 @@ Routing is tools_condition; the retrieval node only exists in graphs of sessions
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
@@ -56,15 +56,25 @@ def retrieve_node(state: AgentState, config: RunnableConfig) -> dict[str, list[B
 def agent_node(state: AgentState, config: RunnableConfig) -> dict[str, list[BaseMessage]]:
     """Call the prebuilt, tool-bound model on the conversation; the reply may ask for tools.
 
-    The model is streamed (not invoked) so the deadline is checked at every token; passing `config`
-    on keeps LangGraph's "messages" stream seeing those tokens.
+    The model is streamed (not invoked) so the deadline is checked at every token. Each chunk's
+    text goes to `context.on_text` as it arrives; passing `config` on also keeps LangGraph's own
+    "messages" stream mode working for anyone who runs the graph with it.
     """
     context = turn_context(config)
     messages = list(state["messages"])
     if not messages or not isinstance(messages[0], SystemMessage):
         messages.insert(0, context.system_prompt)
-    reply = collect(stream_model(context.llm, messages, context.deadline, config))
+    chunks = stream_model(context.llm, messages, context.deadline, config)
+    reply = collect(chunks if context.on_text is None else _tap(chunks, context.on_text))
     return {"messages": [reply]}
+
+
+def _tap(chunks: Iterator[AIMessageChunk], on_text: Callable[[str], None]) -> Iterator[AIMessageChunk]:
+    for chunk in chunks:
+        text = content_text(chunk.content)
+        if text:
+            on_text(text)
+        yield chunk
 
 
 class ToolExecutionNode:

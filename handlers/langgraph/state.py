@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict
 
@@ -42,6 +42,8 @@ class TurnContext:
     """The turn timeout; each model call gets the remaining time."""
     tools: ToolContext
     """What the turn's tools see: session, knowledge bases, turn; set around every tool call."""
+    on_text: Callable[[str], None] | None = None
+    """Receives the agent's text chunks as they stream (the handler's queue); None when nobody listens."""
 
 
 def turn_context(config: RunnableConfig) -> TurnContext:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -309,3 +310,25 @@ def test_closing_the_stream_early_stops_the_model_call(stub_env: OpenAIStub, mak
     started = time.monotonic()
     stream.close()  # a cancelled turn: the worker stops reading
     assert time.monotonic() - started < 1.0  # not the ~6 s the rest of the reply would take
+
+
+def test_an_invocation_starts_no_thread_once_warm(
+    stub_env: OpenAIStub, make_session: MakeSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tokens cross one pooled thread (handlers/langgraph/streaming.py), not a pool built per call.
+    list(get_agent_handler(make_session()).stream("warm up [words: 3]"))
+    started: list[str] = []
+    original = threading.Thread.start
+
+    def counting_start(thread: threading.Thread) -> None:
+        starter = threading.current_thread()
+        # The stub server starts one per request on its own thread; only the handler's count here.
+        if starter is threading.main_thread() or starter.name.startswith("chatq-graph"):
+            started.append(thread.name)
+        original(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", counting_start)
+    for i in range(3):
+        texts = [e.text for e in get_agent_handler(make_session()).stream(f"call {i} [words: 4]") if e.kind == "text"]
+        assert "".join(texts) == "w1 w2 w3 w4"
+    assert started == []
