@@ -30,7 +30,7 @@ from sqlalchemy.dialects.postgresql import aggregate_order_by
 
 from handlers.errors import HandlerError
 from handlers.tokens import count_message_tokens, count_tokens
-from models.db import get_engine
+from models.db import autocommit_scope
 from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, Turn, TurnStatus
 from worker.config import get_settings
 
@@ -80,9 +80,10 @@ def build_history(
     session_id = _session_uuid(session)
     budget = get_settings().history_tokens if budget_tokens is None else budget_tokens
     remaining = budget - count_tokens(prompt)
-    with get_engine().connect() as conn:
-        # One snapshot for every page and the count, so a turn finishing meanwhile cannot skew them.
-        conn.execution_options(isolation_level="REPEATABLE READ")
+    # Autocommit, not one snapshot: pages go backwards by position, and every turn older than the
+    # running one has ended, so nothing they read can change between statements. A snapshot cost
+    # two round trips (BEGIN, ROLLBACK) around what is usually one query.
+    with autocommit_scope() as conn:
         before = _reply_position(conn, session_id, reply_to) if reply_to is not None else None
         kept = _collect(conn, session_id, before, remaining)
         if kept.complete:

@@ -75,6 +75,23 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(payload, default=str, ensure_ascii=False)
 
 
+QUIET_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2")
+"""HTTP client loggers held at WARNING unless configured: httpx logs every model request at INFO."""
+
+
+def quiet_http_clients() -> None:
+    """Hold the HTTP client loggers at WARNING, unless something already set their level.
+
+    One INFO line per model request repeats what chatq's own turn lines say, and at hundreds of
+    turns a second it is log volume and CPU for nothing. Set `logging.getLogger("httpx2")` to
+    INFO (or DEBUG) before the worker starts to see them again.
+    """
+    for name in QUIET_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)
+
+
 def use_json(stream: Any = None) -> bool:
     """Whether log lines should be JSON under `CHATQ_LOG_FORMAT`."""
     choice = os.environ.get("CHATQ_LOG_FORMAT", "auto").strip().lower()

@@ -17,7 +17,7 @@ from celery.signals import (
 )
 
 from worker.leases import begin_hand_back
-from worker.logs import configure_handlers
+from worker.logs import configure_handlers, quiet_http_clients
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 @after_setup_logger.connect
 def _setup_logging(logger: logging.Logger, **_: Any) -> None:
     configure_handlers(logger)
+    quiet_http_clients()
 
 
 @after_setup_task_logger.connect

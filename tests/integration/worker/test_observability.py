@@ -86,3 +86,5 @@ def test_logs_are_json_lines_with_turn_context_and_no_user_content(
     assert any(r.get("attempt") == 1 for r in mine)
     assert secret_words not in process.log()
     assert "sk-test-not-a-secret" not in process.log()
+    # The HTTP client's one INFO line per model request is held back (worker.logs.quiet_http_clients).
+    assert not [r for r in records if r["logger"].startswith("httpx")]
