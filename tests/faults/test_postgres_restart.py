@@ -109,7 +109,7 @@ def test_postgres_down_while_the_handler_reads_history_is_not_charged_to_the_age
             )
 
     with monkeypatch.context() as patch:
-        patch.setattr(handlers.history, "get_engine", _database_down)
+        patch.setattr(handlers.history, "autocommit_scope", _database_down)
         deliver()
         deliver()
     deliver()  # Postgres is back
