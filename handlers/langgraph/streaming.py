@@ -26,8 +26,9 @@ from handlers.deadline import Deadline
 
 __all__ = ["GRAPH_THREADS", "TEXT", "UPDATES", "GraphRun", "run_graph"]
 
-GRAPH_THREADS = 1024
-"""Most graph runs one process keeps going at once. Threads start on demand and are reused after."""
+GRAPH_THREADS = 4096
+"""Most graph runs one process keeps going at once (each needs a thread while it runs); more wait
+for a free thread. Far above any worker's concurrency: threads start on demand and are reused."""
 
 TEXT = "text"
 """Kind of a queued item that holds a token chunk's text."""
