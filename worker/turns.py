@@ -11,7 +11,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -34,7 +33,7 @@ from models.db import connection_scope, session_scope
 from models.tables import ACTIVE_STATUSES, MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
 from worker.config import get_settings
 from worker.errors import InvalidTurn, SessionNotFound
-from worker.payload import TurnRequest, task_message
+from worker.payload import TurnRequest
 
 log = logging.getLogger(__name__)
 
@@ -156,25 +155,12 @@ def turn_exists(turn_id: uuid.UUID) -> bool:
         return db.get(Turn, turn_id) is not None
 
 
-# The common case in one round trip: lock the session row, then take the turn if it is queued, not
-# cancelled, not poisoned and first in line. Anything else falls back to `_claim_slow`, which finds
-# out why (busy, blocked, cancelled, poisoned, an expired lease to take over, not found).
 @dataclass(frozen=True, kw_only=True)
-class NextTurn:
-    """The turn that may run next in a session."""
+class NextTurn(TurnRequest):
+    """The turn that may run next in a session: its task message (`to_message`) and its queue."""
 
-    turn_id: uuid.UUID
-    """Its id."""
-    session_id: uuid.UUID
-    """Its session."""
     queue: str
     """The queue to send it on."""
-    content: str
-    """The user's message, to rebuild the task message."""
-    images: list[str] | None
-    """Its images."""
-    reply_to: int | None
-    """Its reply_to."""
 
     @classmethod
     def from_row(cls, row: RowMapping) -> NextTurn:
@@ -184,18 +170,8 @@ class NextTurn:
             session_id=row["session_id"],
             queue=row["queue"],
             content=row["content"],
-            images=list(row["images"]) if row["images"] else None,
+            images=tuple(row["images"]) if row["images"] else None,
             reply_to=row["reply_to"],
-        )
-
-    def to_message(self) -> dict[str, Any]:
-        """Its `chatq.run_turn` message."""
-        return task_message(
-            turn_id=self.turn_id,
-            session_id=self.session_id,
-            content=self.content,
-            images=self.images,
-            reply_to=self.reply_to,
         )
 
 
@@ -238,7 +214,7 @@ def _next_turn(db: Session, turn: Turn) -> NextTurn:
         session_id=turn.session_id,
         queue=turn.queue,
         content=user.content if user is not None else "",
-        images=list(user.images) if user is not None and user.images else None,
+        images=tuple(user.images) if user is not None and user.images else None,
         reply_to=turn.reply_to,
     )
 
