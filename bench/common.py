@@ -426,6 +426,15 @@ class Sampler:
 # --- chatq helpers -------------------------------------------------------------------------------
 
 
+def new_session_info(model: str) -> Any:
+    """A `SessionInfo` for an in-process handler call: a new empty session, no knowledge bases."""
+    from handlers.base import SessionInfo
+
+    return SessionInfo(
+        id=uuid.uuid4(), agent_framework="langgraph", model=model, system_prompt=None, metadata_={}, knowledge_bases=()
+    )
+
+
 def create_sessions(count: int, *, model: str, framework: str = "langgraph") -> list[uuid.UUID]:
     from worker.producer import create_session
 

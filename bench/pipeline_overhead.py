@@ -31,6 +31,7 @@ from bench.common import (
     create_sessions,
     isolated_services,
     log,
+    new_session_info,
     pg_statements,
     pg_statements_reset,
     proc_cpu,
@@ -124,17 +125,10 @@ def _dump_profile(profiler: Any, name: str) -> None:
 def _in_process(model: str, turns: int) -> float:
     """CPU seconds of this process for `turns` handler calls (drained streams)."""
     from handlers import get_agent_handler
-    from handlers.base import SessionInfo, StreamEventKind
+    from handlers.base import StreamEventKind
 
     def once() -> None:
-        info = SessionInfo(
-            id=uuid.uuid4(),
-            agent_framework="langgraph",
-            model=model,
-            system_prompt=None,
-            metadata_={},
-            knowledge_bases=(),
-        )
+        info = new_session_info(model)
         handler = get_agent_handler(info)
         final = [e for e in handler.stream(TEXT) if e.kind == StreamEventKind.FINAL]
         if not final:

@@ -32,6 +32,7 @@ from bench.common import (
     isolated_services,
     log,
     median,
+    new_session_info,
     percentile,
     run_warmup,
     use_stub,
@@ -82,21 +83,13 @@ def _chatq_turns(capture: EventCapture, content: str, turns: int, timeout: float
 def _in_process_handler(chunks: int, interval: float, turns: int) -> list[float]:
     """Chunk -> StreamEvent latency (ms) of the handler alone, called in this process: the part of
     the chatq figure that LangGraph/LangChain/openai add before the worker publishes anything."""
-    import uuid
 
     from handlers import get_agent_handler
-    from handlers.base import SessionInfo, StreamEventKind
+    from handlers.base import StreamEventKind
 
     out: list[float] = []
     for _ in range(turns):
-        info = SessionInfo(
-            id=uuid.uuid4(),
-            agent_framework="langgraph",
-            model=MODEL,
-            system_prompt=None,
-            metadata_={},
-            knowledge_bases=(),
-        )
+        info = new_session_info(MODEL)
         for event in get_agent_handler(info).stream(f"[stamps: {chunks}] [slow: {interval:g}]"):
             now = time.time()
             if event.kind == StreamEventKind.TEXT:
