@@ -55,6 +55,10 @@ event_serializer = "json"
 # Turn state lives in Postgres; a result backend would be a second, weaker source of truth.
 result_backend = None
 task_ignore_result = True
+# The disabled backend holds no state, so one instance serves every thread. Without this Celery
+# builds a backend per pool thread, and each build scans every installed package's entry points
+# (a few ms of CPU), which 200 fresh threads pay while turns are starting.
+result_backend_thread_safe = True
 
 # Ack after the turn ran, so a worker that dies mid-turn leaves the message to be delivered again;
 # the Postgres claim makes the second delivery harmless.

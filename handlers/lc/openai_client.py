@@ -1,28 +1,100 @@
-"""The openai SDK client chatq hands to ChatOpenAI: streamed chunks stay the dicts they arrived as.
+"""The openai SDK client chatq hands to ChatOpenAI: requests and streamed chunks skip typed rebuilds.
 
-For every streamed chunk the SDK builds a `ChatCompletionChunk` (nested pydantic models, through
-its unvalidated `construct`, which checks a runtime protocol per model), and langchain-openai's
-first step with it is `chunk.model_dump()`, back to a dict. langchain-openai reads dict chunks
-directly too, so skipping that round trip changes nothing it sees. Measured against the stub, it
-was about two thirds of the CPU a chunk costs between the socket and LangChain.
+Two shortcuts, each where the SDK rebuilds JSON that is already JSON:
 
-The override is of a private SDK method. If a later SDK renames it, the override is never called
-and chunks are built as before: slower, never wrong. `tests/unit/handlers/test_openai_client.py`
-checks that the shortcut is still taken.
+- **Streamed chunks stay dicts.** For every streamed chunk the SDK builds a `ChatCompletionChunk`
+  (nested pydantic models, through its unvalidated `construct`, which checks a runtime protocol per
+  model), and langchain-openai's first step with it is `chunk.model_dump()`, back to a dict.
+  langchain-openai reads dict chunks directly too, so skipping that round trip changes nothing it
+  sees. Measured against the stub, it was about two thirds of the CPU a chunk costs between the
+  socket and LangChain.
+- **A plain-JSON request body is sent as it is.** `chat.completions.create` walks the whole body
+  against its TypedDict annotations (`maybe_transform`) to rename aliased keys, format dates and
+  dump pydantic models. Chat completion parameters have no aliases or formats, so for a body of
+  dicts, lists, strings, numbers, booleans and None (what langchain-openai sends) the walk returns
+  an equal body. It cost about 4 ms of CPU per call for ten messages and four tools, more than the
+  rest of the handler. Anything else (a pydantic model, a tuple, an unknown keyword, a missing
+  `model`) takes the SDK's own path.
+
+Both are overrides of SDK internals (`_process_response_data`, `Completions.create`'s body). If a
+later SDK renames or reshapes them, requests and chunks are built the SDK's way: slower, never
+wrong. `tests/unit/handlers/test_openai_client.py` checks that the shortcuts are still taken and
+that the server receives the same body either way.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any
 
 import openai
-from openai.types.chat import ChatCompletionChunk
+from openai._base_client import make_request_options
+from openai._streaming import Stream
+from openai.resources.chat import Chat
+from openai.resources.chat.completions import Completions
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-__all__ = ["DictChunkOpenAI", "build_client"]
+__all__ = ["DictChunkOpenAI", "PlainJSONCompletions", "build_client", "is_plain_json"]
+
+# `create` keywords that shape the HTTP request rather than its JSON body.
+_REQUEST_OPTIONS = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def is_plain_json(value: object) -> bool:
+    """Whether `value` is made only of str-keyed dicts, lists, strings, numbers, booleans and None."""
+    if isinstance(value, _SCALARS):
+        return True
+    if type(value) is dict:
+        return all(type(key) is str and is_plain_json(item) for key, item in value.items())
+    if type(value) is list:
+        return all(is_plain_json(item) for item in value)
+    return False
+
+
+@functools.cache
+def _create_keywords() -> frozenset[str]:
+    """The keywords `Completions.create` accepts (its signature; `required_args` keeps it)."""
+    return frozenset(inspect.signature(Completions.create).parameters) - {"self"}
+
+
+class PlainJSONCompletions(Completions):
+    """`chat.completions` whose `create` posts a plain-JSON body without the SDK's typed walk."""
+
+    def create(self, **params: Any) -> Any:
+        body = {key: value for key, value in params.items() if key not in _REQUEST_OPTIONS}
+        if not ("model" in body and "messages" in body and body.keys() <= _create_keywords() and is_plain_json(body)):
+            return super().create(**params)
+        stream = bool(body.get("stream"))
+        return self._post(
+            "/chat/completions",
+            body=body,
+            options=make_request_options(
+                extra_headers=params.get("extra_headers"),
+                extra_query=params.get("extra_query"),
+                extra_body=params.get("extra_body"),
+                timeout=params.get("timeout", openai.NOT_GIVEN),
+                security={"bearer_auth": True},
+            ),
+            cast_to=ChatCompletion,
+            stream=stream,
+            stream_cls=Stream[ChatCompletionChunk],
+        )
+
+
+class _Chat(Chat):
+    @functools.cached_property
+    def completions(self) -> PlainJSONCompletions:
+        return PlainJSONCompletions(self._client)
 
 
 class DictChunkOpenAI(openai.OpenAI):
-    """`openai.OpenAI` whose streamed chat completion chunks are plain dicts (everything else as is)."""
+    """`openai.OpenAI` with both shortcuts: dict chunks, and plain-JSON chat bodies sent as they are."""
+
+    @functools.cached_property
+    def chat(self) -> Chat:
+        return _Chat(self)
 
     def _process_response_data(self, *, data: object, cast_to: Any, **kwargs: Any) -> Any:
         if cast_to is ChatCompletionChunk and isinstance(data, dict):
