@@ -32,6 +32,18 @@ def test_reliability_settings() -> None:
     assert [q.name for q in conf.task_queues] == ["chatq", "chatq.batch"]
 
 
+def test_pool_threads_share_one_result_backend() -> None:
+    """A backend built per pool thread costs an entry-point scan each; turns have no results to store."""
+    import threading
+
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(app.backend))
+    thread.start()
+    thread.join()
+    assert seen == [app.backend]
+    assert type(app.backend).__name__ == "DisabledBackend"
+
+
 def test_tls_urls_verify_the_server_unless_they_say_otherwise() -> None:
     import ssl
 
