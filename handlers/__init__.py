@@ -20,7 +20,7 @@ from handlers.base import (
     Usage,
     empty_usage,
 )
-from handlers.errors import AgentInvocationError, HandlerError, UnknownFramework, UnknownTool
+from handlers.errors import AgentInvocationError, HandlerError, ThreadHopError, UnknownFramework, UnknownTool
 
 __all__ = [
     "FRAMEWORK_CHOICES",
@@ -32,6 +32,7 @@ __all__ = [
     "SessionInfo",
     "StreamEvent",
     "StreamEventKind",
+    "ThreadHopError",
     "UnknownFramework",
     "UnknownTool",
     "Usage",

@@ -33,3 +33,7 @@ class UnknownFramework(HandlerError):
 
 class UnknownTool(HandlerError):
     """No tool of that name is registered."""
+
+
+class ThreadHopError(HandlerError):
+    """A handler's stream must be advanced on one thread; iterate it on one thread or use astream()."""

@@ -74,7 +74,7 @@ class LangGraphHandler(BaseAgentHandler):
             config: RunnableConfig = {"recursion_limit": RECURSION_LIMIT, "configurable": {CONTEXT_KEY: context}}
             # With knowledge bases attached, the first step of every question is a search.
             graph = get_graph(tools, retrieve=bool(knowledge_bases))
-            # Leaving this loop early stops the graph and waits for its running node (run_graph).
+            # Leaving this loop early ends the graph where it waits, unwinding its node (run_graph).
             yield from _events(run_graph(graph, {"messages": turn.messages}, config, run, deadline), produced)
         except HandlerError:
             # AgentInvocationError as is; any other HandlerError (an unknown tool, a reply_to of another

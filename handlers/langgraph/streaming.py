@@ -1,94 +1,123 @@
-"""Runs the compiled graph on a pooled thread and hands its output to the handler through one queue.
+"""Runs the compiled graph on a greenlet of the caller's thread, so each token reaches the handler's
+generator without crossing a thread.
 
 LangGraph's synchronous `stream_mode="messages"` (and `"custom"`) pass every token through two
 threads: the node's executor thread puts it on LangGraph's stream queue, a waiter thread picks it
 up, and the caller's thread wakes on the waiter's future. Each invocation also builds a thread
-pool and two threads. Measured against the stub, that machinery was a quarter of the handler's CPU
-(about 1.2 of 5 ms per call) and half of a chunk's time inside the handler.
+pool and two threads. Handing tokens to a consumer thread through a queue of our own is cheaper
+but still costs a GIL hand-off per token: the graph's thread keeps the GIL until it next blocks,
+so a reply's last chunk, which arrives together with the finish and usage chunks, waited for the
+node to build its whole reply (1.6 ms per reply against the stub, the whole p99 of chatq's stream
+latency).
 
 Here the graph runs with `stream_mode="updates"`, which LangGraph executes inline on the calling
-thread, and that thread is one of this module's pool. The agent node puts each text chunk on the
-invocation's queue as it arrives (`TurnContext.on_text`), and the graph's updates follow on the
-same queue. So a token crosses one thread, and chunks keep their order relative to the updates.
+thread, inside a greenlet (the coroutine switch SQLAlchemy's asyncio bridge uses). The agent node
+hands each text chunk to `GraphRun.on_text`, which switches to the handler's generator; the
+generator yields it and switches back when it is asked for the next item. So a chunk is relayed
+the moment it is parsed, in order with the graph's updates, with no thread, queue or lock per
+invocation or per token.
+
+One rule follows: the handler's generator must be advanced on one thread (a greenlet cannot move
+between threads). WSGI servers, Django's StreamingHttpResponse, Celery and `astream()` all do; a
+consumer that hops threads gets a one-line error instead of a hang.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
-import os
-import queue
 import threading
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import greenlet
+
 from handlers.deadline import Deadline
+from handlers.errors import ThreadHopError
 
-__all__ = ["GRAPH_THREADS", "TEXT", "UPDATES", "GraphRun", "run_graph"]
-
-GRAPH_THREADS = 4096
-"""Most graph runs one process keeps going at once (each needs a thread while it runs); more wait
-for a free thread. Far above any worker's concurrency: threads start on demand and are reused."""
+__all__ = ["TEXT", "UPDATES", "GraphRun", "run_graph"]
 
 TEXT = "text"
-"""Kind of a queued item that holds a token chunk's text."""
+"""Kind of an item that holds a token chunk's text."""
 UPDATES = "updates"
-"""Kind of a queued item that holds one LangGraph `updates` part ({node: state update})."""
+"""Kind of an item that holds one LangGraph `updates` part ({node: state update})."""
 
 _DONE = "done"
 _FAILED = "failed"
-_CLOSE_GRACE = 0.5
-"""Seconds past the deadline the consumer waits for the graph before it reports the timeout itself."""
-
-_executors: dict[int, ThreadPoolExecutor] = {}
-_executors_lock = threading.Lock()
-
-
-def _executor() -> ThreadPoolExecutor:
-    # One pool per process, built on first use: a pool inherited through fork has no threads.
-    pid = os.getpid()
-    with _executors_lock:
-        executor = _executors.get(pid)
-        if executor is None:
-            _executors.clear()
-            executor = ThreadPoolExecutor(max_workers=GRAPH_THREADS, thread_name_prefix="chatq-graph")
-            _executors[pid] = executor
-        return executor
 
 
 class GraphRun:
-    """One invocation's queue: the node thread puts, the handler's generator takes."""
+    """One invocation's hand-off between the graph's greenlet and the handler's generator."""
 
     def __init__(self) -> None:
-        self._items: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._runner: greenlet.greenlet | None = None
+        self._consumer: greenlet.greenlet | None = None
+        self._thread = 0
+        # Text from a node LangGraph ran on one of its own threads (only when several tasks run in
+        # one step, never for chatq's graph): held until the graph's next item, never lost.
+        self._elsewhere: list[str] = []
+        self._elsewhere_lock = threading.Lock()
 
     def on_text(self, text: str) -> None:
-        """Queue a token chunk's text (called on the graph's thread by the agent node)."""
-        self._items.put((TEXT, text))
-
-    def pump(self, graph: Any, graph_input: Any, config: Any) -> None:
-        """Run the graph to its end, queueing every update, then the outcome."""
-        try:
-            for part in graph.stream(graph_input, config, stream_mode=UPDATES):
-                self._items.put((UPDATES, part))
-        except BaseException as exc:  # handed to the consumer, which raises it on its own thread
-            self._items.put((_FAILED, exc))
+        """Hand a token chunk's text to the consumer (called by the agent node as chunks arrive)."""
+        if self._runner is not None and greenlet.getcurrent() is self._runner:
+            self._to_consumer((TEXT, text))
         else:
-            self._items.put((_DONE, None))
+            with self._elsewhere_lock:
+                self._elsewhere.append(text)
 
-    def take(self, deadline: Deadline) -> tuple[str, Any] | None:
-        """The next item; None once the graph has finished. Raises what the graph raised, or the
-        deadline's error when nothing comes in time."""
-        try:
-            kind, value = self._items.get(timeout=deadline.remaining() + _CLOSE_GRACE)
-        except queue.Empty:
-            deadline.check()
-            raise
+    def start(self, graph: Any, graph_input: Any, config: Any) -> None:
+        """Prepare the graph's greenlet on this thread; it first runs at `next_item()`."""
+        self._consumer = greenlet.getcurrent()
+        self._thread = threading.get_ident()
+        self._runner = greenlet.greenlet(lambda: self._pump(graph, graph_input, config), parent=self._consumer)
+        # Logging and tool context variables follow the turn into the graph (a greenlet starts empty).
+        self._runner.gr_context = contextvars.copy_context()
+
+    def next_item(self) -> tuple[str, Any] | None:
+        """Run the graph until its next item; None once it has finished. Raises what it raised."""
+        if self._runner is None or self._runner.dead:
+            return None
+        if threading.get_ident() != self._thread:
+            raise ThreadHopError(
+                "a LangGraph handler stream must be advanced on one thread; iterate it on one thread or use astream()"
+            )
+        kind, value = self._runner.switch()
         if kind == _FAILED:
             raise value
         if kind == _DONE:
             return None
         return kind, value
+
+    def close(self) -> None:
+        """End the graph where it is waiting (at a hand-off), unwinding its node; no-op once ended."""
+        runner = self._runner
+        if runner is not None and not runner.dead:
+            with contextlib.suppress(greenlet.error):  # closed from another thread: greenlet ends it later
+                runner.throw()
+
+    def _pump(self, graph: Any, graph_input: Any, config: Any) -> tuple[str, Any]:
+        try:
+            for part in graph.stream(graph_input, config, stream_mode=UPDATES):
+                self._to_consumer((UPDATES, part))
+        except greenlet.GreenletExit:
+            raise  # close(): nobody is listening any more
+        except BaseException as exc:  # handed to the consumer, which raises it
+            return self._with_elsewhere((_FAILED, exc))
+        return self._with_elsewhere((_DONE, None))
+
+    def _to_consumer(self, item: tuple[str, Any]) -> None:
+        assert self._consumer is not None
+        self._consumer.switch(self._with_elsewhere(item))
+
+    def _with_elsewhere(self, item: tuple[str, Any]) -> tuple[str, Any]:
+        if self._elsewhere:
+            with self._elsewhere_lock:
+                held, self._elsewhere = self._elsewhere, []
+            for text in held:
+                assert self._consumer is not None
+                self._consumer.switch((TEXT, text))
+        return item
 
 
 def run_graph(
@@ -97,18 +126,18 @@ def run_graph(
     """(TEXT, text) and (UPDATES, part) items of one graph run, in the order they happened.
 
     Leaving early (the consumer closed the generator, the deadline passed, the graph failed)
-    stops the deadline, so the node still running ends at its next check, and waits for it: no
-    graph work outlives its invocation.
+    stops the deadline and ends the graph where it waits, so no graph work outlives its
+    invocation. A node that blocks past the deadline is waited for (the model call's own timeout
+    is the remaining time); the timeout is raised when it returns.
     """
-    context = contextvars.copy_context()  # logging and tool context follow the turn onto the thread
-    future: Future[None] = _executor().submit(context.run, run.pump, graph, graph_input, config)
+    run.start(graph, graph_input, config)
     try:
         while True:
             deadline.check()
-            item = run.take(deadline)
+            item = run.next_item()
             if item is None:
                 return
             yield item
     finally:
         deadline.stop()
-        future.result()
+        run.close()

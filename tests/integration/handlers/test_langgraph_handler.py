@@ -13,7 +13,7 @@ import pytest
 
 from handlers import AgentInvocationError, AgentMessage, StreamEvent, get_agent_handler
 from handlers.base import SessionInfo, Usage
-from handlers.errors import UnknownTool
+from handlers.errors import ThreadHopError, UnknownTool
 from tests.support.env import environ
 from tests.support.fixtures import STUB_API_KEY
 from tests.support.openai_stub import OpenAIStub
@@ -312,10 +312,33 @@ def test_closing_the_stream_early_stops_the_model_call(stub_env: OpenAIStub, mak
     assert time.monotonic() - started < 1.0  # not the ~6 s the rest of the reply would take
 
 
+def test_a_stream_advanced_on_another_thread_is_refused_in_one_line(
+    stub_env: OpenAIStub, make_session: MakeSession
+) -> None:
+    stream = get_agent_handler(make_session()).stream("[words: 6] [slow: 0.01]")
+    assert next(stream).kind == "text"
+    raised: list[BaseException] = []
+    other = threading.Thread(target=lambda: raised.extend(_exception_of(lambda: next(stream))))
+    other.start()
+    other.join()
+    assert len(raised) == 1 and isinstance(raised[0], ThreadHopError)
+    assert not isinstance(raised[0], AgentInvocationError)  # a caller's mistake: not retried as the agent's
+    assert "\n" not in str(raised[0]) and "astream()" in str(raised[0])
+
+
+def _exception_of(call: Callable[[], object]) -> list[BaseException]:
+    try:
+        call()
+    except BaseException as exc:
+        return [exc]
+    return []
+
+
 def test_an_invocation_starts_no_thread_once_warm(
     stub_env: OpenAIStub, make_session: MakeSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Tokens cross one pooled thread (handlers/langgraph/streaming.py), not a pool built per call.
+    # The graph runs on a greenlet of the caller's thread (handlers/langgraph/streaming.py), not on
+    # threads of its own or a pool built per call.
     list(get_agent_handler(make_session()).stream("warm up [words: 3]"))
     started: list[str] = []
     original = threading.Thread.start
@@ -323,7 +346,7 @@ def test_an_invocation_starts_no_thread_once_warm(
     def counting_start(thread: threading.Thread) -> None:
         starter = threading.current_thread()
         # The stub server starts one per request on its own thread; only the handler's count here.
-        if starter is threading.main_thread() or starter.name.startswith("chatq-graph"):
+        if starter is threading.main_thread():
             started.append(thread.name)
         original(thread)
 

@@ -13,7 +13,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 
 from handlers.deadline import Deadline
-from handlers.errors import AgentInvocationError, TurnTimeout
+from handlers.errors import AgentInvocationError, ThreadHopError, TurnTimeout
 from handlers.langgraph.streaming import TEXT, UPDATES, GraphRun, run_graph
 
 _caller: contextvars.ContextVar[str] = contextvars.ContextVar("test_caller", default="unset")
@@ -55,29 +55,95 @@ def test_text_comes_as_the_node_emits_it_and_before_the_node_update() -> None:
     assert emitted_while_running[:2] == [True, True]  # streamed, not handed over after the node
 
 
-def _graph_threads() -> set[str]:
-    return {t.name for t in threading.enumerate() if t.name.startswith("chatq-graph")}
-
-
-def test_the_node_sees_the_callers_context_on_a_pooled_thread_and_no_thread_is_started_per_call() -> None:
-    seen: list[tuple[str, str]] = []
+def test_the_node_runs_on_the_callers_thread_in_the_callers_context_and_starts_no_thread() -> None:
+    seen: list[tuple[str, int]] = []
 
     def node(state: _State, config: RunnableConfig) -> dict[str, Any]:
-        seen.append((_caller.get(), threading.current_thread().name))
+        seen.append((_caller.get(), threading.get_ident()))
+        _caller.set("changed by the node")  # stays inside the graph's run
         return {"seen": []}
 
     graph = _graph(node)
-    _run(graph, GraphRun(), Deadline(5))  # the pool has at least one thread from here on
-    threads = _graph_threads()
+    _run(graph, GraphRun(), Deadline(5))
+    threads = set(threading.enumerate())
     for i in range(5):
         token = _caller.set(f"turn {i}")
         try:
             _run(graph, GraphRun(), Deadline(5))
+            assert _caller.get() == f"turn {i}"
         finally:
             _caller.reset(token)
-    assert [value for value, _ in seen[1:]] == [f"turn {i}" for i in range(5)]
-    assert {name for _, name in seen[1:]} <= threads  # idle pool threads took every call
-    assert _graph_threads() == threads
+    assert seen[1:] == [(f"turn {i}", threading.get_ident()) for i in range(5)]
+    assert set(threading.enumerate()) == threads
+
+
+def test_text_reaches_the_consumer_before_the_node_goes_on() -> None:
+    """The chunk is relayed when on_text returns, not when the node next blocks (the last-chunk tail)."""
+    received: list[str] = []
+    relayed_in_time: list[bool] = []
+
+    def node(state: _State, config: RunnableConfig) -> dict[str, Any]:
+        for word in ("a", "b", "c"):
+            config["configurable"]["run"].on_text(word)
+            relayed_in_time.append(received[-1:] == [word])
+        return {"seen": []}
+
+    run = GraphRun()
+    for kind, value in run_graph(_graph(node), {"seen": []}, {"configurable": {"run": run}}, run, Deadline(5)):
+        if kind == TEXT:
+            received.append(value)
+    assert received == ["a", "b", "c"]
+    assert relayed_in_time == [True, True, True]
+
+
+def test_text_from_nodes_langgraph_runs_on_its_own_threads_comes_before_their_updates() -> None:
+    threads: set[int] = set()
+
+    def make(name: str) -> Callable[[_State, RunnableConfig], dict[str, Any]]:
+        def node(state: _State, config: RunnableConfig) -> dict[str, Any]:
+            threads.add(threading.get_ident())
+            config["configurable"]["run"].on_text(name)
+            return {}
+
+        return node
+
+    builder = StateGraph(_State)
+    builder.add_node("left", make("left"))
+    builder.add_node("right", make("right"))
+    builder.add_edge(START, "left")
+    builder.add_edge(START, "right")
+    builder.add_edge("left", END)
+    builder.add_edge("right", END)
+    run = GraphRun()
+    items = _run(builder.compile(), run, Deadline(5))
+    texts = [value for kind, value in items if kind == TEXT]
+    assert sorted(texts) == ["left", "right"]
+    for name in ("left", "right"):  # each node's text before its update
+        assert items.index((TEXT, name)) < next(i for i, (kind, v) in enumerate(items) if kind == UPDATES and name in v)
+    assert threads - {threading.get_ident()}  # two tasks in one step: LangGraph used its threads
+
+
+def test_a_stream_advanced_on_another_thread_fails_with_a_clear_error() -> None:
+    def node(state: _State, config: RunnableConfig) -> dict[str, Any]:
+        config["configurable"]["run"].on_text("x")
+        return {"seen": []}
+
+    run, deadline = GraphRun(), Deadline(5)
+    items = run_graph(_graph(node), {"seen": []}, {"configurable": {"run": run}}, run, deadline)
+    assert next(items) == (TEXT, "x")
+    errors: list[BaseException] = []
+
+    def advance() -> None:
+        try:
+            next(items)
+        except BaseException as exc:
+            errors.append(exc)
+
+    other = threading.Thread(target=advance)
+    other.start()
+    other.join()
+    assert len(errors) == 1 and isinstance(errors[0], ThreadHopError)
+    assert "one thread" in str(errors[0])
 
 
 def test_what_the_graph_raises_is_raised_to_the_consumer() -> None:
@@ -108,7 +174,7 @@ def test_closing_early_stops_the_node_and_waits_for_it() -> None:
     started = time.monotonic()
     items.close()  # type: ignore[attr-defined]
     assert finished.is_set()  # the node ended before close() returned
-    assert time.monotonic() - started < 1.0  # at its next check, not after the 5 s it would run
+    assert time.monotonic() - started < 1.0  # where it waited, not after the 5 s it would run
     with pytest.raises(AgentInvocationError):
         deadline.check()
 
