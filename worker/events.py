@@ -1,6 +1,6 @@
 """Stream events (SPEC.md, "Stream events"): Redis pub/sub per session plus a replay stream per turn.
 
-Each event costs one round trip: PUBLISH, XADD and EXPIRE go in one non-transactional pipeline.
+Each event costs one round trip: PUBLISH, XADD and EXPIRE go in one write (`worker.resp`).
 Publishing is best effort by design: Postgres holds the truth, so a Redis hiccup is logged and the
 turn goes on rather than failing a reply the model already produced.
 """
@@ -21,6 +21,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from worker.config import get_settings, mask_secrets
+from worker.resp import pack, roundtrip
 
 log = logging.getLogger(__name__)
 
@@ -180,16 +181,16 @@ class TurnEvents:
         if not terminal and time.monotonic() < self._down_until:
             return False
         payloads = [json.dumps(event, separators=(",", ":"), default=str) for event in batch]
+        commands = []
+        for payload in payloads:
+            commands.append(pack("PUBLISH", self._channel, payload))
+            commands.append(pack("XADD", self._stream, "*", "event", payload))
+        # The retention clock is set with the first event (a turn whose worker dies still
+        # expires) and restarted by the terminal one; events in between need not touch it.
+        if terminal or not self._expiry_set:
+            commands.append(pack("EXPIRE", self._stream, self.retention))
         try:
-            pipe = self.client.pipeline(transaction=False)
-            for payload in payloads:
-                pipe.publish(self._channel, payload)
-                pipe.xadd(self._stream, {"event": payload})
-            # The retention clock is set with the first event (a turn whose worker dies still
-            # expires) and restarted by the terminal one; events in between need not touch it.
-            if terminal or not self._expiry_set:
-                pipe.expire(self._stream, self.retention)
-            pipe.execute()
+            roundtrip(self.client, commands)
         except redis.RedisError as exc:
             self._down_until = time.monotonic() + 1.0
             log.warning(
