@@ -95,7 +95,11 @@ class ClaimResult:
 
 _FAST_CLAIM = text(
     """
-    WITH locked AS (
+    WITH relaxed AS (
+        -- This statement's commit does not wait for the WAL flush (see `claim_turn`).
+        SELECT set_config('synchronous_commit', 'off', true) AS synchronous_commit
+    ),
+    locked AS (
         SELECT s.id, s.agent_framework, s.model, s.system_prompt, s.metadata
         FROM chat_sessions s
         WHERE s.id = (SELECT session_id FROM turns WHERE id = :turn_id)
@@ -132,6 +136,7 @@ _FAST_CLAIM = text(
            ) AS knowledge_bases
     FROM claimed
     JOIN locked ON true
+    JOIN relaxed ON true
     JOIN chat_messages m ON m.turn_id = claimed.id AND m.role = 'user'
     """
 )
@@ -141,7 +146,10 @@ def claim_turn(turn_id: uuid.UUID, *, worker: str) -> ClaimResult:
     """Take a turn for running, if it is this turn's go. See the module docstring."""
     settings = get_settings()
     token = uuid.uuid4()
-    # One statement: atomic on its own, so no transaction around it.
+    # One statement: atomic on its own, so no transaction around it. Its commit is asynchronous
+    # (`synchronous_commit = off` for this statement only): a claim lost to a Postgres crash only
+    # runs the turn again, since ending it needs the lost lease token, and the durable commit of
+    # the reply flushes the claim with it. That is 0.3 ms off every turn's start here.
     with autocommit_scope() as db:
         row = (
             db.execute(

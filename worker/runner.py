@@ -23,7 +23,7 @@ from handlers.errors import AgentInvocationError, HandlerError, UnknownFramework
 from models.tables import TurnStatus
 from worker import claims, metrics, turns
 from worker.config import get_settings, mask_secrets
-from worker.dispatch import kick_next, mark_taken, send_next, send_turn
+from worker.dispatch import kick_next, send_next, send_turn
 from worker.errors import InvalidTurn
 from worker.events import EventType, TextCoalescer, TurnEvents
 from worker.leases import TurnLease, get_lease_keeper, handing_back
@@ -77,7 +77,7 @@ def execute_turn(request: TurnRequest, *, queue: str, worker: str) -> Result:
 
 
 def _execute(request: TurnRequest, *, queue: str, worker: str) -> Result:
-    mark_taken(request.turn_id)
+    # The message's sent-marker was dropped on receipt (worker.signals), before the pool ran this.
     if handing_back():
         # A message taken just as the worker began shutting down: pass it on untouched.
         send_turn(request.to_message(), queue=queue)
