@@ -13,8 +13,9 @@ whose tool call it answers.
 Cost: messages are read newest-first in keyset pages on the (session_id, position) unique index, sized
 from the budget left, and reading stops as soon as the budget is full, so the rows read depend on
 the budget, not on the session's length. Only when something was left out does one more statement
-count it; that count runs on index-only scans (about 1-2 ms per 10,000 earlier messages) since the
-schema keeps no running totals.
+say how much: each succeeded turn keeps the session's running totals (`Turn.history_messages`,
+`Turn.history_turns`, written when it succeeds), so that is one index probe, not a count of the
+session's rows.
 """
 
 from __future__ import annotations
@@ -206,21 +207,63 @@ def _message(row: Row[Any]) -> dict[str, Any]:
     }
 
 
-@functools.cache
-def _omitted_statement(*, bounded: bool) -> Select[Any]:
-    """Counts of the history messages and turns before a boundary, and the earliest user messages.
+def _earliest_snippets(messages_before: list[Any]) -> Any:
+    """The first words of the earliest user messages: they say what the conversation was about."""
+    earliest = (
+        select(ChatMessage.position, func.left(ChatMessage.content, _SNIPPET_CHARS).label("head"))
+        .join(Turn, Turn.id == ChatMessage.turn_id)
+        .where(*messages_before, Turn.status == TurnStatus.SUCCEEDED, ChatMessage.role == "user")
+        .order_by(ChatMessage.position)
+        .limit(_SNIPPET_MESSAGES)
+        .subquery()
+    )
+    return select(func.array_agg(aggregate_order_by(earliest.c.head, earliest.c.position))).scalar_subquery()
 
-    Joining every earlier message to its turn to test the status would visit the heap once per
-    message; instead this counts all earlier messages and turns on the (session_id, position) unique
-    indexes (index-only scans) and subtracts what the session's other-than-succeeded turns hold.
-    The boundary is the position of a turn's first message, so the turns before it are those below
-    `boundary // MESSAGE_POSITION_STRIDE` (bound as `boundary_turn`).
-    """
+
+def _bounds(*, bounded: bool) -> tuple[list[Any], list[Any]]:
+    """WHERE clauses for the session's messages and turns before the boundary (a turn's first
+    message, so the turns before it are those below `boundary // MESSAGE_POSITION_STRIDE`)."""
     messages_before = [ChatMessage.session_id == bindparam("session_id")]
     turns_before = [Turn.session_id == bindparam("session_id")]
     if bounded:
         messages_before.append(ChatMessage.position < bindparam("boundary"))
         turns_before.append(Turn.position < bindparam("boundary_turn"))
+    return messages_before, turns_before
+
+
+@functools.cache
+def _totals_statement(*, bounded: bool) -> Select[Any]:
+    """The running totals of the last succeeded turn before the boundary (`Turn.history_messages`,
+    `Turn.history_turns`), which are the history before it, and the earliest user messages.
+
+    Two index probes whatever the session's length; NULL totals (a turn stored by a chatq older
+    than the totals) send the caller to `_counted_statement`.
+    """
+    messages_before, turns_before = _bounds(bounded=bounded)
+
+    def last(column: Any) -> Any:
+        return (
+            select(column)
+            .where(*turns_before, Turn.status == TurnStatus.SUCCEEDED)
+            .order_by(Turn.position.desc())
+            .limit(1)
+            .scalar_subquery()
+        )
+
+    return select(
+        last(Turn.history_messages).label("messages"),
+        last(Turn.history_turns).label("turns"),
+        select(Turn.id).where(*turns_before, Turn.status == TurnStatus.SUCCEEDED).exists().label("any"),
+        _earliest_snippets(messages_before).label("snippets"),
+    )
+
+
+@functools.cache
+def _counted_statement(*, bounded: bool) -> Select[Any]:
+    """The same counts by counting: every earlier message and turn on the (session_id, position)
+    unique indexes (index-only scans), minus what the session's other-than-succeeded turns hold.
+    About 1-2 ms per 10,000 earlier messages; only for sessions whose totals are missing."""
+    messages_before, turns_before = _bounds(bounded=bounded)
     all_messages = select(func.count()).select_from(ChatMessage).where(*messages_before).scalar_subquery()
     all_turns = select(func.count()).select_from(Turn).where(*turns_before).scalar_subquery()
     excluded = (
@@ -230,30 +273,23 @@ def _omitted_statement(*, bounded: bool) -> Select[Any]:
         .where(*turns_before, Turn.status != TurnStatus.SUCCEEDED)
         .cte("excluded")
     )
-    # The earliest user messages say what the conversation was about; fetch only their first words.
-    earliest = (
-        select(ChatMessage.position, func.left(ChatMessage.content, _SNIPPET_CHARS).label("head"))
-        .join(Turn, Turn.id == ChatMessage.turn_id)
-        .where(*messages_before, Turn.status == TurnStatus.SUCCEEDED, ChatMessage.role == "user")
-        .order_by(ChatMessage.position)
-        .limit(_SNIPPET_MESSAGES)
-        .subquery()
-    )
-    snippets = select(func.array_agg(aggregate_order_by(earliest.c.head, earliest.c.position))).scalar_subquery()
     return select(
         (all_messages - excluded.c.messages).label("messages"),
         (all_turns - excluded.c.turns).label("turns"),
-        snippets.label("snippets"),
+        _earliest_snippets(messages_before).label("snippets"),
     ).select_from(excluded)
 
 
 def _omitted(conn: Connection, session_id: uuid.UUID, boundary: int | None) -> tuple[int, str | None]:
     """How many history messages precede `boundary` (None: all of them), and a one-line summary."""
     params: dict[str, Any] = {"session_id": session_id}
+    bounded = boundary is not None
     if boundary is not None:
         params.update(boundary=boundary, boundary_turn=boundary // MESSAGE_POSITION_STRIDE)
-    row = conn.execute(_omitted_statement(bounded=boundary is not None), params).one()
-    messages, turns = int(row.messages), int(row.turns)
+    row = conn.execute(_totals_statement(bounded=bounded), params).one()
+    if row.any and (row.messages is None or row.turns is None):
+        row = conn.execute(_counted_statement(bounded=bounded), params).one()
+    messages, turns = int(row.messages or 0), int(row.turns or 0)
     if messages <= 0:
         return 0, None
     return messages, _summary(messages, turns, row.snippets or ())

@@ -139,6 +139,11 @@ class Turn(Base):
     enqueued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), server_default=func.now())
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    history_turns: Mapped[int | None] = mapped_column(Integer)
+    """Succeeded turns of the session up to and including this one; set when this one succeeds."""
+    history_messages: Mapped[int | None] = mapped_column(BigInteger)
+    """Messages of those turns. History reads what it left out from the last succeeded turn before
+    its boundary instead of counting a long session's rows (`handlers.history`)."""
 
 
 class ChatMessage(Base):

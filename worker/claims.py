@@ -279,11 +279,31 @@ class Finished:
 
 _COMPLETE = text(
     """
-    WITH done AS (
+    WITH prior AS (
+        -- Turns of a session end in position order, so the last succeeded one before this turn
+        -- holds the session's totals so far (NULL only if an older chatq stored it: counted then).
+        SELECT history_turns, history_messages FROM turns
+        WHERE session_id = :session_id AND status = 'succeeded' AND position < :position
+        ORDER BY position DESC LIMIT 1
+    ),
+    done AS (
         UPDATE turns
         SET status = 'succeeded', prompt_tokens = :prompt_tokens, completion_tokens = :completion_tokens,
             total_tokens = :total_tokens, error = NULL, lease_token = NULL, lease_expires_at = NULL,
-            finished_at = clock_timestamp()
+            finished_at = clock_timestamp(),
+            history_turns = 1 + CASE WHEN NOT EXISTS (SELECT 1 FROM prior) THEN 0 ELSE coalesce(
+                (SELECT history_turns FROM prior),
+                (SELECT count(*) FROM turns p
+                 WHERE p.session_id = :session_id AND p.status = 'succeeded' AND p.position < :position)
+            ) END,
+            -- this turn's own messages: those stored before it ran (its user message) and the reply
+            history_messages = (SELECT count(*) FROM chat_messages WHERE turn_id = :turn_id)
+                + jsonb_array_length(:messages)
+                + CASE WHEN NOT EXISTS (SELECT 1 FROM prior) THEN 0 ELSE coalesce(
+                    (SELECT history_messages FROM prior),
+                    (SELECT count(*) FROM chat_messages m JOIN turns p ON p.id = m.turn_id
+                     WHERE p.session_id = :session_id AND p.status = 'succeeded' AND p.position < :position)
+                ) END
         WHERE id = :turn_id AND status = 'running' AND lease_token = :token
         RETURNING id, session_id, position
     ),
@@ -341,6 +361,7 @@ def complete_turn(claim: Claim, messages: Sequence[AgentMessage], usage: Usage) 
                     "turn_id": claim.turn_id,
                     "token": claim.lease_token,
                     "session_id": claim.session.id,
+                    "position": claim.position,
                     "prompt_tokens": int(usage.get("prompt_tokens", 0)),
                     "completion_tokens": int(usage.get("completion_tokens", 0)),
                     "total_tokens": int(usage.get("total_tokens", 0)),

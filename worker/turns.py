@@ -279,3 +279,30 @@ def stale_turns(
             turn.enqueued_at = now
             resend.append(_next_turn(db, turn))
         return resend, expired
+
+
+_RECOUNT_HISTORY_TOTALS = text(
+    """
+    UPDATE turns t
+    SET history_turns = totals.turns, history_messages = totals.messages
+    FROM (
+        SELECT s.id,
+               count(*) OVER w AS turns,
+               sum(coalesce(m.messages, 0)) OVER w AS messages
+        FROM turns s
+        LEFT JOIN (SELECT turn_id, count(*) AS messages FROM chat_messages GROUP BY turn_id) m ON m.turn_id = s.id
+        WHERE s.session_id = :session_id AND s.status = 'succeeded'
+        WINDOW w AS (PARTITION BY s.session_id ORDER BY s.position)
+    ) totals
+    WHERE t.id = totals.id
+    """
+)
+
+
+def recount_history_totals(db: Session | Connection, session_id: uuid.UUID) -> None:
+    """Set the running history totals of a session's succeeded turns from its rows.
+
+    `complete_turn` keeps them as turns succeed; this is for rows written another way (imports,
+    test fixtures, the benchmarks' seeded sessions), as migration 0003 did for existing ones.
+    """
+    db.execute(_RECOUNT_HISTORY_TOTALS, {"session_id": session_id})

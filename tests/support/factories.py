@@ -16,6 +16,7 @@ from sqlalchemy import insert, select, update
 
 from models.db import session_scope
 from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
+from worker.turns import recount_history_totals
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,6 +100,8 @@ def add_turn(session_id: uuid.UUID, messages: Sequence[Msg], *, status: TurnStat
         ]
         db.add_all(rows)
         db.flush()
+        # The running totals complete_turn keeps, as if the turn had run.
+        recount_history_totals(db, session_id)
         return TurnRef(id=turn_id, position=position, message_ids=[r.id for r in rows])
 
 
@@ -145,3 +148,4 @@ def add_many_turns(
                 )
         db.execute(insert(Turn), turn_rows)
         db.execute(insert(ChatMessage), message_rows)
+        recount_history_totals(db, session_id)

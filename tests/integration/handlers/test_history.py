@@ -8,13 +8,13 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, update
 
 from handlers.errors import HandlerError
 from handlers.history import History, build_history
 from handlers.tokens import count_message_tokens, count_tokens
-from models.db import get_engine
-from models.tables import TurnStatus
+from models.db import get_engine, session_scope
+from models.tables import Turn, TurnStatus
 from tests.support.factories import (
     Msg,
     TurnRef,
@@ -340,3 +340,25 @@ def test_long_messages_are_read_in_small_pages_not_a_page_sized_for_short_ones()
     assert history.omitted == 120 - kept
     # A page sized for 32-token rows would be 187 rows of ~2 kB each; this reads the first page only.
     assert cost.rows <= kept + 16 + 1
+
+
+def test_what_was_left_out_comes_from_the_running_totals_or_is_counted_without_them() -> None:
+    sid = create_session()
+    add_many_turns(sid, 300)
+    add_turn(sid, exchange(1), status=TurnStatus.FAILED)  # not history: neither kept nor counted
+    add_many_turns(sid, 30)
+    with counting() as fast:
+        with_totals = build_history(ref(sid), budget_tokens=500)
+    assert with_totals.omitted == 330 * 4 - len(with_totals.messages)
+
+    # Turns stored by a chatq older than the totals: the same answer, by counting.
+    with session_scope() as db:
+        db.execute(update(Turn).where(Turn.session_id == sid).values(history_turns=None, history_messages=None))
+    with counting() as slow:
+        without = build_history(ref(sid), budget_tokens=500)
+    assert (without.omitted, without.summary, without.messages) == (
+        with_totals.omitted,
+        with_totals.summary,
+        with_totals.messages,
+    )
+    assert slow.statements == fast.statements + 1
