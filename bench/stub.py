@@ -47,7 +47,7 @@ class BenchStub(OpenAIStub):
     def record(self, body: dict[str, Any]) -> None:
         pass  # a benchmark sends thousands of requests: keep no bodies
 
-    def record_reply(self, status: int, reply: Reply | None) -> None:
+    def record_reply(self, status: int, reply: Reply | None, generation: int) -> None:
         pass
 
     def enter(self) -> None:

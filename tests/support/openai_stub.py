@@ -115,6 +115,8 @@ class OpenAIStub:
         self._lock = threading.Lock()
         self._requests: list[dict[str, Any]] = []
         self._replies: list[dict[str, Any]] = []
+        self.generation = 0
+        """Bumped by clear(): a request that came before it is answered but its reply not recorded."""
         self._seen: dict[str, int] = {}
         self._issued: set[str] = set()
         """Ids of the tool calls this server asked for."""
@@ -188,6 +190,7 @@ class OpenAIStub:
         with self._lock:
             self._requests.clear()
             self._replies.clear()
+            self.generation += 1
 
     # --- behaviour ---------------------------------------------------------------------------
 
@@ -195,12 +198,15 @@ class OpenAIStub:
         with self._lock:
             self._requests.append(body)
 
-    def record_reply(self, status: int, reply: Reply | None) -> None:
+    def record_reply(self, status: int, reply: Reply | None, generation: int) -> None:
+        """Record what a request got, unless clear() ran since it arrived (an earlier test's request
+        that outlived its client, e.g. a `[sleep: S]` past a timeout, must not count in this one)."""
         entry: dict[str, Any] = {"status": status, "content": None, "tool_calls": None, "usage": None}
         if reply is not None:
             entry.update(content=reply.content, tool_calls=reply.tool_calls or None, usage=reply.usage)
         with self._lock:
-            self._replies.append(entry)
+            if generation == self.generation:
+                self._replies.append(entry)
 
     def should_fail(self, script: Script) -> bool:
         if "fail" in script.directives:
@@ -324,17 +330,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(400, {"error": {"message": "invalid JSON body"}})
             return
         owner = self.owner
+        generation = owner.generation
         owner.record(body)
         messages = body.get("messages") or []
         script = Script.parse(messages)
         owner.wait(owner.latency + script.seconds("sleep"))
         try:
             if owner.should_fail(script):
-                owner.record_reply(500, None)
+                owner.record_reply(500, None, generation)
                 self._json(500, {"error": {"message": "stub failure", "type": "server_error"}})
                 return
             reply = owner.reply_for(messages, script)
-            owner.record_reply(200, reply)
+            owner.record_reply(200, reply, generation)
             if body.get("stream"):
                 include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
                 self._stream(body, reply, max(owner.chunk_interval, script.seconds("slow")), include_usage)

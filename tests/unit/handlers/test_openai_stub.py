@@ -102,3 +102,16 @@ def test_runs_as_a_module() -> None:
         proc.terminate()
         proc.wait(timeout=10)
     assert proc.returncode == 0
+
+
+def test_a_reply_to_a_request_from_before_clear_is_not_recorded(openai_stub: OpenAIStub, client: openai.OpenAI) -> None:
+    """A timed-out test's request answered late must not show up in the next test's replies."""
+    with pytest.raises(openai.APITimeoutError):
+        client.with_options(timeout=0.2).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "[sleep: 0.6]"}]
+        )
+    openai_stub.clear()  # the next test starts
+    time.sleep(0.9)  # the stub answers the old request meanwhile
+    assert openai_stub.replies == []
+    client.chat.completions.create(model="m", messages=[{"role": "user", "content": "now"}])
+    assert [reply["content"] for reply in openai_stub.replies] == ["You said: now"]
