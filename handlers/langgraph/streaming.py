@@ -79,9 +79,7 @@ class GraphRun:
         if self._runner is None or self._runner.dead:
             return None
         if threading.get_ident() != self._thread:
-            raise ThreadHopError(
-                "a LangGraph handler stream must be advanced on one thread; iterate it on one thread or use astream()"
-            )
+            raise ThreadHopError
         kind, value = self._runner.switch()
         if kind == _FAILED:
             raise value

@@ -84,6 +84,8 @@ class PlainJSONCompletions(Completions):
 
 
 class _Chat(Chat):
+    """`client.chat` whose `completions` is `PlainJSONCompletions`."""
+
     @functools.cached_property
     def completions(self) -> PlainJSONCompletions:
         return PlainJSONCompletions(self._client)
