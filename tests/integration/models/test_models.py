@@ -96,6 +96,45 @@ def test_the_migrations_match_the_models(blank_engine: Engine) -> None:
     assert diff == []
 
 
+def test_migration_0003_fills_in_the_history_totals_of_existing_turns(blank_engine: Engine) -> None:
+    url = blank_engine.url.render_as_string(hide_password=False)
+    upgrade(url, revision="0002")
+    sid = uuid.uuid4()
+    statuses = ["succeeded", "failed", "succeeded", "succeeded", "queued"]
+    messages = [2, 1, 4, 2, 1]  # a tool turn at position 2; the failed and queued turns hold their user message
+    with blank_engine.begin() as conn:
+        conn.execute(
+            text("INSERT INTO chat_sessions (id, agent_framework, model, metadata) VALUES (:id, 'none', 'echo', '{}')"),
+            {"id": sid},
+        )
+        for position, (status, count) in enumerate(zip(statuses, messages, strict=True)):
+            turn_id = uuid.uuid4()
+            conn.execute(
+                text("INSERT INTO turns (id, session_id, position, status) VALUES (:id, :sid, :position, :status)"),
+                {"id": turn_id, "sid": sid, "position": position, "status": status},
+            )
+            for offset in range(count):
+                conn.execute(
+                    text(
+                        "INSERT INTO chat_messages (session_id, turn_id, position, role, content) "
+                        "VALUES (:sid, :turn_id, :position, :role, 'x')"
+                    ),
+                    {
+                        "sid": sid,
+                        "turn_id": turn_id,
+                        "position": position * MESSAGE_POSITION_STRIDE + offset,
+                        "role": "user" if offset == 0 else "assistant",
+                    },
+                )
+    upgrade(url)
+    with blank_engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT history_turns, history_messages FROM turns WHERE session_id = :sid ORDER BY position"),
+            {"sid": sid},
+        ).all()
+    assert [tuple(row) for row in rows] == [(1, 2), (None, None), (2, 6), (3, 8), (None, None)]
+
+
 @pytest.mark.usefixtures("chatq_env")
 def test_the_status_check_constraint_rejects_unknown_statuses() -> None:
     sid = create_session()
