@@ -291,19 +291,20 @@ _COMPLETE = text(
         SET status = 'succeeded', prompt_tokens = :prompt_tokens, completion_tokens = :completion_tokens,
             total_tokens = :total_tokens, error = NULL, lease_token = NULL, lease_expires_at = NULL,
             finished_at = clock_timestamp(),
-            history_turns = 1 + CASE WHEN NOT EXISTS (SELECT 1 FROM prior) THEN 0 ELSE coalesce(
+            -- the prior turn's totals, or a count when it has none (also 0 when there is no prior)
+            history_turns = 1 + coalesce(
                 (SELECT history_turns FROM prior),
                 (SELECT count(*) FROM turns p
                  WHERE p.session_id = :session_id AND p.status = 'succeeded' AND p.position < :position)
-            ) END,
+            ),
             -- this turn's own messages: those stored before it ran (its user message) and the reply
             history_messages = (SELECT count(*) FROM chat_messages WHERE turn_id = :turn_id)
                 + jsonb_array_length(:messages)
-                + CASE WHEN NOT EXISTS (SELECT 1 FROM prior) THEN 0 ELSE coalesce(
+                + coalesce(
                     (SELECT history_messages FROM prior),
                     (SELECT count(*) FROM chat_messages m JOIN turns p ON p.id = m.turn_id
                      WHERE p.session_id = :session_id AND p.status = 'succeeded' AND p.position < :position)
-                ) END
+                )
         WHERE id = :turn_id AND status = 'running' AND lease_token = :token
         RETURNING id, session_id, position
     ),

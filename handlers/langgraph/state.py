@@ -43,7 +43,7 @@ class TurnContext:
     tools: ToolContext
     """What the turn's tools see: session, knowledge bases, turn; set around every tool call."""
     on_text: Callable[[str], None] | None = None
-    """Receives the agent's text chunks as they stream (the handler's queue); None when nobody listens."""
+    """Receives the agent's text chunks as they stream (`GraphRun.on_text`); None when nobody listens."""
 
 
 def turn_context(config: RunnableConfig) -> TurnContext:
