@@ -8,6 +8,7 @@ turn goes on rather than failing a reply the model already produced.
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import logging
 import os
@@ -116,6 +117,32 @@ def last_seq(client: redis.Redis, turn_id: object) -> int:
         return 0
 
 
+# Numbers an event after the newest one in the turn's stream and publishes it (PUBLISH, XADD,
+# EXPIRE, as `TurnEvents.send`), atomically and in one round trip instead of an XREVRANGE and then
+# a publish. KEYS[1]: the stream. ARGV: the channel, the retention, the event's JSON up to its seq.
+_NUMBER_AND_PUBLISH = """
+local seq = 0
+local newest = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if newest[1] then
+  local fields = newest[1][2]
+  for i = 1, #fields - 1, 2 do
+    if fields[i] == 'event' then
+      local ok, event = pcall(cjson.decode, fields[i + 1])
+      local number = ok and type(event) == 'table' and tonumber(event.seq)
+      if number then seq = math.floor(number) end
+    end
+  end
+end
+seq = seq + 1
+local event = ARGV[3] .. string.format('%d', seq) .. '}'
+redis.call('PUBLISH', ARGV[1], event)
+redis.call('XADD', KEYS[1], '*', 'event', event)
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return seq
+"""
+_NUMBER_AND_PUBLISH_SHA = hashlib.sha1(_NUMBER_AND_PUBLISH.encode()).hexdigest()
+
+
 class TurnEvents:
     """Publishes one turn's events with consecutive `seq` numbers."""
 
@@ -144,6 +171,35 @@ class TurnEvents:
         """A publisher that continues the numbering of events already in the turn's stream."""
         client = get_redis()
         return cls(session_id=session_id, turn_id=turn_id, client=client, start_seq=last_seq(client, turn_id))
+
+    @classmethod
+    def resume_with(
+        cls, type_: EventType, attempt: int, *, session_id: object, turn_id: object, **fields: Any
+    ) -> TurnEvents:
+        """`resume()`, then `publish(type_, attempt, **fields)`, in one round trip.
+
+        A script in Redis numbers the event after the newest one in the turn's stream. Where the
+        script cannot run, the two steps run one after the other, with their own logging.
+        """
+        events = cls(session_id=session_id, turn_id=turn_id)
+        event = events.build(type_, attempt, **fields)
+        del event["seq"]  # the script appends it, so the JSON ends with it
+        head = json.dumps(event, separators=(",", ":"), default=str)[:-1] + ',"seq":'
+        arguments = (1, events._stream, events._channel, events.retention, head)
+        try:
+            try:
+                replies = roundtrip(events.client, [pack("EVALSHA", _NUMBER_AND_PUBLISH_SHA, *arguments)])
+            except redis.exceptions.NoScriptError:
+                # Not cached yet (a new or restarted Redis): EVAL runs it and caches it.
+                replies = roundtrip(events.client, [pack("EVAL", _NUMBER_AND_PUBLISH, *arguments)])
+        except redis.RedisError as exc:
+            log.debug("turn %s: numbering script failed (%s); resuming in two steps", turn_id, exc)
+            events = cls.resume(session_id=session_id, turn_id=turn_id)
+            events.publish(type_, attempt, **fields)
+            return events
+        events.seq = int(replies[0])
+        events._expiry_set = True
+        return events
 
     def build(self, type_: EventType, attempt: int, **fields: Any) -> dict[str, Any]:
         """The next event as a dict, consuming one `seq`."""

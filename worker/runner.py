@@ -122,12 +122,18 @@ def run_claimed(claim: claims.Claim) -> Result:
 
 def _run_claimed(claim: claims.Claim) -> Result:
     started = time.monotonic()
-    events = TurnEvents.resume(session_id=claim.session.id, turn_id=claim.turn_id)
     if claim.deliveries > 1:
+        events = TurnEvents.resume(session_id=claim.session.id, turn_id=claim.turn_id)
         # The previous delivery ended without a clean hand-back (its worker died or lost its
         # lease) after publishing partial text: tell consumers to drop it, as for any retry.
         events.publish(EventType.RETRY, claim.attempt - 1, error="the previous worker stopped; starting over")
-    events.publish(EventType.STARTED, claim.attempt)
+        events.publish(EventType.STARTED, claim.attempt)
+    else:
+        # The usual case: number `started` after the stream's newest event and publish it in one
+        # round trip, on the path from the message's arrival to the user's first sign of life.
+        events = TurnEvents.resume_with(
+            EventType.STARTED, claim.attempt, session_id=claim.session.id, turn_id=claim.turn_id
+        )
     log.info(
         "turn %s session %s: attempt %d started (framework %s, model %s)",
         claim.turn_id,

@@ -85,3 +85,78 @@ def test_held_text_is_published_when_its_window_passes_even_if_the_model_pauses(
             break
         time.sleep(0.01)
     assert texts == ["first ", "held"]
+
+
+def _script_calls(client: redis.Redis) -> int:
+    """EVAL and EVALSHA commands the server has run, failed ones (NOSCRIPT) included."""
+    stats = client.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("eval", "evalsha"))
+
+
+def test_resume_with_numbers_after_the_newest_event_and_publishes_in_one_script(chatq_env: dict[str, str]) -> None:
+    client = redis.Redis.from_url(chatq_env["REDIS_URL"])
+    session_id, turn_id = uuid.uuid4(), uuid.uuid4()
+    earlier = TurnEvents(session_id=session_id, turn_id=turn_id, client=client)
+    earlier.publish(EventType.QUEUED, 0)
+    earlier.publish(EventType.RETRY, 1, error="x")
+    client.persist(turn_stream(turn_id))
+    pubsub = client.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(session_channel(session_id))
+    time.sleep(0.1)
+    client.script_flush()  # the first call finds no cached script and must load it
+    calls = _script_calls(client)
+    events = TurnEvents.resume_with(EventType.STARTED, 2, session_id=session_id, turn_id=turn_id)
+    assert _script_calls(client) - calls == 2  # EVALSHA refused (NOSCRIPT), then EVAL
+    assert events.seq == 3
+    live = None
+    deadline = time.monotonic() + 5
+    while live is None and time.monotonic() < deadline:
+        message = pubsub.get_message(timeout=0.5)
+        if message:
+            live = json.loads(message["data"])
+    stored = [json.loads(fields[b"event"]) for _id, fields in client.xrange(turn_stream(turn_id))]
+    assert stored[-1] == live
+    assert live == {
+        "v": 1,
+        "type": "started",
+        "session_id": str(session_id),
+        "turn_id": str(turn_id),
+        "attempt": 2,
+        "seq": 3,
+        "ts": live["ts"],
+    }
+    assert abs(live["ts"] - time.time()) < 5
+    assert client.ttl(turn_stream(turn_id)) > 0  # the script sets the retention clock
+    # Later events go on from there, through the usual path; the cached script is used next time.
+    assert events.publish(EventType.TEXT, 2, text="hi")["seq"] == 4
+    calls = _script_calls(client)
+    again = TurnEvents.resume_with(EventType.STARTED, 3, session_id=session_id, turn_id=turn_id)
+    assert (again.seq, _script_calls(client) - calls) == (5, 1)
+    assert again.publish(EventType.FINAL, 3)["seq"] == 6
+    pubsub.close()
+
+
+def test_resume_with_counts_from_zero_where_last_seq_does(chatq_env: dict[str, str]) -> None:
+    client = redis.Redis.from_url(chatq_env["REDIS_URL"])
+    fresh, garbled = uuid.uuid4(), uuid.uuid4()
+    client.xadd(turn_stream(garbled), {"event": "not json"})
+    client.xadd(turn_stream(garbled), {"other": "field"})
+    for turn_id in (fresh, garbled):
+        assert last_seq(client, turn_id) == 0
+        events = TurnEvents.resume_with(EventType.STARTED, 1, session_id=uuid.uuid4(), turn_id=turn_id)
+        assert events.seq == 1
+        newest = client.xrevrange(turn_stream(turn_id), count=1)[0][1]
+        assert json.loads(newest[b"event"])["seq"] == 1
+    client.delete(turn_stream(garbled))
+
+
+def test_resume_with_falls_back_to_two_steps_and_never_raises(chatq_env: dict[str, str]) -> None:
+    client = redis.Redis.from_url(chatq_env["REDIS_URL"])
+    turn_id = uuid.uuid4()
+    # A key of the wrong type where the stream should be: the script fails, and so do the steps
+    # that touch the stream; the turn goes on with its numbering (SPEC: events are best effort).
+    client.set(turn_stream(turn_id), "not a stream", ex=60)
+    events = TurnEvents.resume_with(EventType.STARTED, 1, session_id=uuid.uuid4(), turn_id=turn_id)
+    assert events.seq == 1
+    assert events.publish(EventType.FINAL, 1)["seq"] == 2
+    client.delete(turn_stream(turn_id))
