@@ -193,7 +193,7 @@ class TurnEvents:
                 # Not cached yet (a new or restarted Redis): EVAL runs it and caches it.
                 replies = roundtrip(events.client, [pack("EVAL", _NUMBER_AND_PUBLISH, *arguments)])
         except redis.RedisError as exc:
-            log.debug("turn %s: numbering script failed (%s); resuming in two steps", turn_id, exc)
+            log.debug("turn %s: numbering script failed (%s); resuming in two steps", turn_id, mask_secrets(str(exc)))
             events = cls.resume(session_id=session_id, turn_id=turn_id)
             events.publish(type_, attempt, **fields)
             return events
