@@ -181,6 +181,13 @@ def proc_status(pid: int, key: str) -> int:
     return 0
 
 
+def proc_cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far, all its threads, in seconds (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Subprocess:
     """A child process in its own process group, with a log file; killed (group) on stop."""
 

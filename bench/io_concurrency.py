@@ -9,7 +9,9 @@ wait in the queue together: "sent at once"), then the consumer is resumed (`add_
 Figures: first `started_at` -> last `finished_at` of the 200 turns (Postgres clock) against the
 ideal S; the in-flight peak from sampling `count(*) ... status = 'running'` every 100 ms and from
 the stub's concurrent-request counter; the worker's RSS (sampled, /proc) peak minus its idle RSS
-after warm-up, per in-flight turn. At S = 2 s the baseline is 200 bare Celery tasks that sleep 2 s on
+after warm-up, per in-flight turn; the worker's CPU (/proc, all threads) from the first start to the
+last, per turn and as a share of one core: near 100% means the ramp is bounded by the turns' start-up
+CPU through one interpreter lock. At S = 2 s the baseline is 200 bare Celery tasks that sleep 2 s on
 the same broker and pool (bench/celery_baseline.py), paused and resumed the same way.
 """
 
@@ -30,6 +32,7 @@ from bench.common import (
     create_sessions,
     isolated_services,
     log,
+    proc_cpu_seconds,
     proc_status,
     run_warmup,
     use_stub,
@@ -83,6 +86,40 @@ def _pg_connections() -> int:
         )
 
 
+def _starts(turn_ids: list[uuid.UUID]) -> tuple[float, float]:
+    """Epoch seconds of the first and the last start, from Postgres (same host clock as ours)."""
+    from sqlalchemy import func, select
+
+    from models.db import session_scope
+    from models.tables import Turn
+
+    with session_scope() as db:
+        row = db.execute(
+            select(
+                func.extract("epoch", func.min(Turn.started_at)), func.extract("epoch", func.max(Turn.started_at))
+            ).where(Turn.id.in_(turn_ids))
+        ).one()
+    return float(row[0]), float(row[1])
+
+
+def _ramp_cpu(samples: list[dict[str, float]], first: float, last: float) -> tuple[float, float]:
+    """(worker CPU seconds, wall seconds) between the samples just before `first` and just after `last`."""
+    before = [s for s in samples if "cpu" in s and s["t"] <= first]
+    after = [s for s in samples if "cpu" in s and s["t"] >= last]
+    if not before or not after:
+        return 0.0, 0.0
+    return after[0]["cpu"] - before[-1]["cpu"], after[0]["t"] - before[-1]["t"]
+
+
+def _describe_ramp(cpu: float, window: float) -> str:
+    if not window:
+        return "not sampled"
+    return (
+        f"worker CPU from the first start to the last: {cpu:.2f} s ({1000 * cpu / TURNS:.1f} ms per turn), "
+        f"{100 * cpu / window:.0f}% of one core over the {window:.2f} s between the samples around them"
+    )
+
+
 def _span(turn_ids: list[uuid.UUID]) -> tuple[float, float, float]:
     """(first start -> last finish, first start -> last start, median duration) from Postgres."""
     from sqlalchemy import func, select
@@ -120,13 +157,19 @@ def _chatq_run(worker: Subprocess, stub: Stub, latency: float) -> dict[str, Any]
             "rss": proc_status(worker.pid, "VmRSS"),
             "threads": proc_status(worker.pid, "Threads"),
             "pg_conns": _pg_connections(),
+            "cpu": proc_cpu_seconds(worker.pid),
         }
 
     with Sampler(probe, 0.1) as sampler, record(worker.pid, f"io_concurrency-worker-{latency:g}s"):
         _resume(app, hostname, "chatq")
         counts = wait_finished(turn_ids, timeout=latency * 4 + 60)
     span, start_spread, median_turn = _span(turn_ids)
+    first_start, last_start = _starts(turn_ids)
+    # The ramp is bounded by the worker's CPU when this is near one core (one interpreter lock).
+    ramp_cpu, ramp_window = _ramp_cpu(sampler.samples, first_start, last_start)
     return {
+        "ramp_cpu": ramp_cpu,
+        "ramp_window": ramp_window,
         "span": span,
         "start_spread": start_spread,
         "median_turn": median_turn,
@@ -204,6 +247,7 @@ def run(quick: bool = False) -> list[Block]:
             "starts": f"last start {r['start_spread']:.2f} s after the first; median turn {r['median_turn']:.2f} s",
             "submit": f"200 submit_turn calls took {r['submit_s']:.2f} s (before the consumer resumed)",
             "worker": f"peak {r['peak_threads']:.0f} threads, {r['peak_pg_conns']:.0f} Postgres connections",
+            "ramp": _describe_ramp(r["ramp_cpu"], r["ramp_window"]),
         }
         blocks.append(
             Block(
