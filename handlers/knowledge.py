@@ -23,7 +23,8 @@ from typing import Any
 
 from handlers.context import ToolContext, current_tool_context
 from handlers.tools import KNOWLEDGE_BASE_TOOL, run_tool
-from models.knowledge import MAX_QUERY_CHARS, SearchHit, search, session_knowledge_bases
+from models.knowledge import session_knowledge_bases
+from models.search import MAX_QUERY_CHARS, SearchHit, search
 
 __all__ = [
     "MAX_CITATIONS",

@@ -8,6 +8,7 @@ from models.db import (
     get_sessionmaker,
     session_scope,
 )
+from models.errors import DocumentError, KnowledgeBaseError, KnowledgeBaseExists, KnowledgeBaseNotFound, ModelsError
 from models.tables import (
     ACTIVE_STATUSES,
     MESSAGE_POSITION_STRIDE,
@@ -24,6 +25,11 @@ __all__ = [
     "Base",
     "ChatMessage",
     "ChatSession",
+    "DocumentError",
+    "KnowledgeBaseError",
+    "KnowledgeBaseExists",
+    "KnowledgeBaseNotFound",
+    "ModelsError",
     "Turn",
     "TurnStatus",
     "autocommit_scope",

@@ -1,7 +1,7 @@
-"""Knowledge bases in Postgres: documents, chunks, full-text search, session attachments.
+"""Knowledge bases in Postgres: the bases, their documents and chunks, and session attachments.
 
-Plain functions on SQLAlchemy, no agent framework: the CLI (`chatq kb ...`), the producer and the
-`search_knowledge_base` tool all call these.
+Plain functions on SQLAlchemy, no agent framework: the CLI (`chatq kb ...`) and the producer call
+these; `models.documents` reads and cuts files, and `models.search` searches what is stored here.
 
 - A document is a text or markdown file, identified by its absolute path: adding the same file
   again (to any knowledge base) updates that one document, and a document can belong to several
@@ -9,29 +9,26 @@ Plain functions on SQLAlchemy, no agent framework: the CLI (`chatq kb ...`), the
 - Documents are cut into chunks of whole paragraphs up to `DEFAULT_CHUNK_CHARS` characters (a
   markdown heading starts a new chunk); each chunk is the unit of search and citation.
 - Postgres generates each chunk's tsvector (`english` configuration) and keeps it under a GIN
-  index. A query matches a chunk that has any of its words; chunks with all of them come first,
-  then by `ts_rank_cd` (cover density). Each hit carries a `ts_headline` snippet with the matched
-  words in `**bold**`, and its document's id and title.
+  index, for `models.search`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import BigInteger, bindparam, delete, func, insert, select, text, update
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from models.db import session_scope
+from models.documents import DEFAULT_CHUNK_CHARS, MAX_TITLE_CHARS, chunk_text, document_title, read_document_file
+from models.errors import DocumentError, KnowledgeBaseError, KnowledgeBaseExists, KnowledgeBaseNotFound
 from models.tables import (
-    TEXT_SEARCH_CONFIG,
     ChatSession,
     Document,
     DocumentChunk,
@@ -39,18 +36,16 @@ from models.tables import (
     KnowledgeBaseDocument,
     SessionKnowledgeBase,
 )
-from worker.errors import ChatqError, SessionNotFound
+from worker.errors import SessionNotFound
 
 __all__ = [
     "DEFAULT_CHUNK_CHARS",
-    "DEFAULT_SEARCH_LIMIT",
     "AddedDocument",
     "DocumentError",
     "KnowledgeBaseError",
     "KnowledgeBaseExists",
     "KnowledgeBaseInfo",
     "KnowledgeBaseNotFound",
-    "SearchHit",
     "add_document",
     "add_files",
     "attach_knowledge_bases",
@@ -58,44 +53,14 @@ __all__ = [
     "create_knowledge_base",
     "detach_knowledge_bases",
     "document_title",
+    "ids_by_name",
     "list_knowledge_bases",
+    "normalize_name",
     "read_document_file",
-    "search",
     "session_knowledge_bases",
 ]
 
-DEFAULT_CHUNK_CHARS = 1200
-"""Largest chunk, in characters: whole paragraphs are packed up to this size."""
-DEFAULT_SEARCH_LIMIT = 5
-MAX_SEARCH_LIMIT = 50
-MAX_QUERY_CHARS = 1000
-"""Longer queries (a long user message used as the retrieval query) are cut to this."""
 MAX_NAME_CHARS = 100
-MAX_TITLE_CHARS = 500
-MAX_PATH_CHARS = 2048
-MAX_DOCUMENT_BYTES = 10_000_000
-MARKDOWN_SUFFIXES = frozenset({".md", ".markdown", ".mdown", ".mkd"})
-
-HEADLINE_OPTIONS = (
-    'StartSel=**, StopSel=**, MaxWords=35, MinWords=12, ShortWord=2, MaxFragments=2, FragmentDelimiter=" … "'
-)
-"""`ts_headline` options: up to two fragments of the chunk around the matched words, in **bold**."""
-
-
-class KnowledgeBaseError(ChatqError):
-    """The knowledge base operation failed."""
-
-
-class KnowledgeBaseNotFound(KnowledgeBaseError):
-    """No such knowledge base."""
-
-
-class KnowledgeBaseExists(KnowledgeBaseError):
-    """A knowledge base of that name already exists."""
-
-
-class DocumentError(KnowledgeBaseError):
-    """The document cannot be added."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,49 +108,6 @@ class AddedDocument:
         }
 
 
-@dataclass(frozen=True, kw_only=True)
-class SearchHit:
-    """One matching chunk, best first."""
-
-    chunk_id: int
-    document_id: int
-    title: str
-    """The document's title."""
-    position: int
-    """The chunk's position in its document."""
-    content: str
-    """The whole chunk (what the model reads)."""
-    snippet: str
-    """A short extract around the matched words, which are in **bold** (what people and citations show)."""
-    rank: float
-    """`ts_rank_cd` of the chunk for the query."""
-    all_terms: bool
-    """True if the chunk has every word of the query."""
-    source_path: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form of `chatq kb search --json`."""
-        return {
-            "document_id": self.document_id,
-            "title": self.title,
-            "chunk_id": self.chunk_id,
-            "position": self.position,
-            "rank": round(self.rank, 6),
-            "all_terms": self.all_terms,
-            "snippet": self.snippet,
-            "source_path": self.source_path,
-        }
-
-    def citation(self) -> dict[str, Any]:
-        """The structured citation of this hit: `{"document_id", "title", "chunk_id", "snippet"}`."""
-        return {
-            "document_id": self.document_id,
-            "title": self.title,
-            "chunk_id": self.chunk_id,
-            "snippet": self.snippet,
-        }
-
-
 # --- names -----------------------------------------------------------------------------------
 
 
@@ -201,7 +123,7 @@ def normalize_name(name: str) -> str:
     return clean
 
 
-def _ids_by_name(db: Session, names: Iterable[str]) -> dict[str, int]:
+def ids_by_name(db: Session, names: Iterable[str]) -> dict[str, int]:
     """Ids of the named knowledge bases; KnowledgeBaseNotFound naming every unknown one."""
     wanted = list(dict.fromkeys(normalize_name(n) for n in names))
     if not wanted:
@@ -260,111 +182,6 @@ def list_knowledge_bases() -> list[KnowledgeBaseInfo]:
     ]
 
 
-# --- documents -------------------------------------------------------------------------------
-
-_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
-_HEADING = re.compile(r"^ {0,3}#{1,6}\s+\S")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-_H1 = re.compile(r"^ {0,3}#\s+(?P<title>.+?)\s*#*\s*$", re.MULTILINE)
-
-
-def chunk_text(text: str, max_chars: int = DEFAULT_CHUNK_CHARS) -> list[str]:
-    """Cut a document into chunks of whole paragraphs, each at most `max_chars` characters.
-
-    Paragraphs (separated by blank lines) are packed together while they fit; a markdown heading
-    starts a new chunk so a section's text stays with its heading; a paragraph longer than
-    `max_chars` is cut at sentence ends, then between words, then anywhere.
-    """
-    if max_chars < 20:
-        raise ValueError("max_chars must be at least 20")
-    normalized = text.replace("\r\n", "\n").replace("\r", "\n")
-    pieces: list[str] = []
-    for paragraph in _PARAGRAPH_BREAK.split(normalized):
-        stripped = paragraph.strip()
-        if stripped:
-            pieces.extend(_split_long(stripped, max_chars))
-    chunks: list[str] = []
-    current = ""
-    only_headings = False
-    for piece in pieces:
-        heading = _HEADING.match(piece) is not None
-        if current and heading and not only_headings:
-            chunks.append(current)
-            current = ""
-        if not current:
-            current, only_headings = piece, heading
-        elif len(current) + 2 + len(piece) <= max_chars:
-            current = f"{current}\n\n{piece}"
-            only_headings = only_headings and heading
-        else:
-            chunks.append(current)
-            current, only_headings = piece, heading
-    if current:
-        chunks.append(current)
-    return chunks
-
-
-def _split_long(paragraph: str, max_chars: int) -> list[str]:
-    if len(paragraph) <= max_chars:
-        return [paragraph]
-    parts: list[str] = []
-    for sentence in _SENTENCE_END.split(paragraph):
-        if len(sentence) <= max_chars:
-            parts.append(sentence)
-            continue
-        for word in sentence.split():
-            parts.extend(word[i : i + max_chars] for i in range(0, len(word), max_chars))
-    out: list[str] = []
-    current = ""
-    for part in parts:
-        if not current:
-            current = part
-        elif len(current) + 1 + len(part) <= max_chars:
-            current = f"{current} {part}"
-        else:
-            out.append(current)
-            current = part
-    if current:
-        out.append(current)
-    return out
-
-
-def document_title(path: Path, content: str) -> str:
-    """A markdown file's first `# Heading`, otherwise the file name without its extension."""
-    if path.suffix.lower() in MARKDOWN_SUFFIXES:
-        match = _H1.search(content)
-        if match:
-            return " ".join(match["title"].split())[:MAX_TITLE_CHARS]
-    return (path.stem or path.name)[:MAX_TITLE_CHARS]
-
-
-def read_document_file(path: str | Path) -> tuple[Path, str, str]:
-    """(absolute path, title, content) of a text or markdown file; DocumentError says what is wrong."""
-    given = str(path)
-    file = Path(path).expanduser()
-    if not file.exists():
-        raise DocumentError(f"file not found: {given}")
-    if not file.is_file():
-        raise DocumentError(f"not a file: {given}")
-    resolved = file.resolve()
-    if len(str(resolved)) > MAX_PATH_CHARS:
-        raise DocumentError(f"file path is longer than {MAX_PATH_CHARS} characters: {given}")
-    try:
-        size = resolved.stat().st_size
-        if size > MAX_DOCUMENT_BYTES:
-            raise DocumentError(f"file is larger than {MAX_DOCUMENT_BYTES} bytes: {given}")
-        data = resolved.read_bytes()
-    except OSError as exc:
-        raise DocumentError(f"cannot read {given}: {exc.strerror or exc}") from None
-    if b"\x00" in data:
-        raise DocumentError(f"not a text file: {given} (only UTF-8 text and markdown can be added)")
-    try:
-        content = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise DocumentError(f"not UTF-8 text: {given} (only UTF-8 text and markdown can be added)") from None
-    return resolved, document_title(resolved, content), content
-
-
 def add_files(
     knowledge_base: str, paths: Sequence[str | Path], *, max_chars: int = DEFAULT_CHUNK_CHARS
 ) -> list[AddedDocument]:
@@ -377,7 +194,7 @@ def add_files(
         raise DocumentError("give at least one file to add")
     files = [read_document_file(p) for p in paths]
     with session_scope() as db:
-        kb_id = _ids_by_name(db, [knowledge_base])[normalize_name(knowledge_base)]
+        kb_id = ids_by_name(db, [knowledge_base])[normalize_name(knowledge_base)]
         return [
             _add(db, kb_id, title=title, content=content, source_path=str(resolved), max_chars=max_chars)
             for resolved, title, content in files
@@ -397,7 +214,7 @@ def add_document(
     if not clean_title:
         raise DocumentError("a document needs a title")
     with session_scope() as db:
-        kb_id = _ids_by_name(db, [knowledge_base])[normalize_name(knowledge_base)]
+        kb_id = ids_by_name(db, [knowledge_base])[normalize_name(knowledge_base)]
         return _add(db, kb_id, title=clean_title, content=content, source_path=source_path, max_chars=max_chars)
 
 
@@ -465,96 +282,6 @@ def _add(
     )
 
 
-# --- search ----------------------------------------------------------------------------------
-
-_QUERIES = text(
-    """
-    SELECT websearch_to_tsquery(CAST(:config AS regconfig), :query)::text AS q_all,
-           (SELECT string_agg(quote_literal(lexeme), ' | ')
-              FROM unnest(tsvector_to_array(to_tsvector(CAST(:config AS regconfig), :query))) AS lexeme) AS q_any
-    """
-)
-
-# The tsqueries arrive as constants, so the planner can use the GIN index on `search`; the
-# headline (the costly part) is computed for the top `limit` chunks only.
-_SEARCH = text(
-    """
-    WITH hits AS (
-        SELECT c.id, c.document_id, c.position, c.content,
-               ts_rank_cd(c.search, CAST(:q_any AS tsquery)) AS rank,
-               c.search @@ CAST(:q_all AS tsquery) AS all_terms
-          FROM document_chunks AS c
-         WHERE c.search @@ CAST(:q_any AS tsquery)
-           AND EXISTS (SELECT 1 FROM knowledge_base_documents AS kd
-                        WHERE kd.document_id = c.document_id AND kd.knowledge_base_id = ANY(:kb_ids))
-         ORDER BY all_terms DESC, rank DESC, c.id
-         LIMIT :limit
-    )
-    SELECT h.id AS chunk_id, h.document_id, h.position, h.content, h.rank, h.all_terms,
-           d.title, d.source_path,
-           ts_headline(CAST(:config AS regconfig), h.content, CAST(:q_any AS tsquery), :options) AS snippet
-      FROM hits AS h JOIN documents AS d ON d.id = h.document_id
-     ORDER BY h.all_terms DESC, h.rank DESC, h.id
-    """
-).bindparams(bindparam("kb_ids", type_=ARRAY(BigInteger)))
-
-
-_STRICT_SYNTAX = re.compile(r'"|(?:^|\s)-\w')
-"""Web-search syntax that makes a search strict: a quoted phrase or a `-word` (not a hyphenated word)."""
-
-
-def search(
-    knowledge_bases: Sequence[str], query: str, *, limit: int = DEFAULT_SEARCH_LIMIT, db: Session | None = None
-) -> list[SearchHit]:
-    """The chunks of these knowledge bases that best match `query`, best first.
-
-    A chunk matches when it has any word of the query (after stemming, stop words dropped), so a
-    question in plain words finds passages that answer part of it; chunks with every word come
-    first, then by `ts_rank_cd`. Web-search syntax makes it strict: `"a phrase"` and `-word`
-    must hold as written (`websearch_to_tsquery`). A document in several of the knowledge bases
-    is found once. Raises KnowledgeBaseNotFound for an unknown name.
-    """
-    limit = max(1, min(int(limit), MAX_SEARCH_LIMIT))
-    query = (query or "").strip()[:MAX_QUERY_CHARS]
-    if db is None:
-        with session_scope() as own:
-            return search(knowledge_bases, query, limit=limit, db=own)
-    kb_ids = list(_ids_by_name(db, knowledge_bases).values())
-    if not kb_ids or not query:
-        return []
-    queries = db.execute(_QUERIES, {"config": TEXT_SEARCH_CONFIG, "query": query}).one()
-    q_all, q_any = queries.q_all or "", queries.q_any or ""
-    if _STRICT_SYNTAX.search(query):
-        q_any = q_all  # "a phrase" or -word: the user asked for exactly that
-    if not q_any:
-        return []  # nothing searchable: only stop words or punctuation
-    rows = db.execute(
-        _SEARCH,
-        {
-            "config": TEXT_SEARCH_CONFIG,
-            "q_any": q_any,
-            "q_all": q_all or q_any,
-            "kb_ids": kb_ids,
-            "limit": limit,
-            "options": HEADLINE_OPTIONS,
-        },
-    ).all()
-    return [
-        SearchHit(
-            chunk_id=int(row.chunk_id),
-            document_id=int(row.document_id),
-            title=row.title,
-            position=int(row.position),
-            content=row.content,
-            snippet=" ".join(str(row.snippet or "").split()),
-            rank=float(row.rank),
-            all_terms=bool(row.all_terms),
-            source_path=row.source_path,
-        )
-        for row in rows
-    ]
-
-
 # --- sessions --------------------------------------------------------------------------------
 
 
@@ -582,7 +309,7 @@ def attach_knowledge_bases(
     db.flush()  # a session added in this transaction must be visible to the check below
     if db.execute(select(ChatSession.id).where(ChatSession.id == sid)).scalar_one_or_none() is None:
         raise SessionNotFound(f"session {sid} does not exist")
-    ids = _ids_by_name(db, names)
+    ids = ids_by_name(db, names)
     if ids:
         db.execute(
             pg_insert(SessionKnowledgeBase)
@@ -598,7 +325,7 @@ def detach_knowledge_bases(session_id: uuid.UUID | str, names: Sequence[str]) ->
     with session_scope() as db:
         if db.get(ChatSession, sid) is None:
             raise SessionNotFound(f"session {sid} does not exist")
-        ids = _ids_by_name(db, names)
+        ids = ids_by_name(db, names)
         db.execute(
             delete(SessionKnowledgeBase).where(
                 SessionKnowledgeBase.session_id == sid, SessionKnowledgeBase.knowledge_base_id.in_(ids.values())

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from worker.errors import ChatqError
+from worker.errors import ChatqError, CliError
 
 COMMAND_MODULES: tuple[str, ...] = ("worker.batch_cli", "worker.gateway.command", "worker.kb_cli")
 """Modules with a `register(subparsers)` function that add more `chatq` subcommands."""
@@ -27,10 +27,6 @@ COMMAND_MODULES: tuple[str, ...] = ("worker.batch_cli", "worker.gateway.command"
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
-
-
-class CliError(ChatqError):
-    """The command could not be carried out."""
 
 
 def _print_json(data: Any) -> None:

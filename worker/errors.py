@@ -35,6 +35,10 @@ class SessionBusy(ChatqError):
     """The session is busy with another turn."""
 
 
+class TurnExists(ChatqError):
+    """A turn with this id already exists (a resubmission, or a duplicate message racing this one)."""
+
+
 class TurnConflict(ChatqError):
     """A turn with this id already exists with different content."""
 
@@ -45,3 +49,23 @@ class NotCancellable(ChatqError):
 
 class ServiceUnavailable(ChatqError):
     """A service chatq needs (Postgres or Redis) is not reachable."""
+
+
+class CliError(ChatqError):
+    """The command could not be carried out."""
+
+
+# Raised between a handler's chunks and caught by the runner, never shown to users: they end one
+# delivery early, each in its own way.
+
+
+class TurnCancelled(ChatqError):
+    """The turn was cancelled while it ran."""
+
+
+class LeaseLost(ChatqError):
+    """Another worker took the turn over: this attempt must not write."""
+
+
+class HandBack(ChatqError):
+    """The worker is shutting down: give the turn to another worker."""

@@ -108,7 +108,7 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from models.knowledge import MAX_SEARCH_LIMIT, search
+    from models.search import MAX_SEARCH_LIMIT, search
     from worker.errors import ChatqError
 
     if not 1 <= args.limit <= MAX_SEARCH_LIMIT:

@@ -22,7 +22,7 @@ from models.tables import ACTIVE_STATUSES, ChatMessage, ChatSession, Turn, TurnS
 from worker import turns
 from worker.config import get_settings
 from worker.dispatch import kick_next, send_turn
-from worker.errors import InvalidTurn, NotCancellable, SessionBusy, TurnConflict, TurnNotFound
+from worker.errors import InvalidTurn, NotCancellable, SessionBusy, TurnConflict, TurnExists, TurnNotFound
 from worker.events import EventType, TurnEvents
 from worker.payload import (
     INTERACTIVE_QUEUE,
@@ -141,7 +141,7 @@ def submit_turn(
                 turns.lock_session(db, request.session_id)
                 cancelled = _apply_busy_policy(db, request.session_id, busy_policy)
                 position = turns.insert_turn(db, request, queue=queue)
-    except turns.TurnExists:
+    except TurnExists:
         return _resubmission(request)
     for other_id in cancelled:
         _announce_cancel(other_id)

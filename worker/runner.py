@@ -24,7 +24,7 @@ from models.tables import TurnStatus
 from worker import claims, metrics, turns
 from worker.config import get_settings, mask_secrets
 from worker.dispatch import kick_next, send_next, send_turn
-from worker.errors import InvalidTurn
+from worker.errors import HandBack, InvalidTurn, LeaseLost, TurnCancelled
 from worker.events import EventType, TextCoalescer, TurnEvents
 from worker.leases import TurnLease, get_lease_keeper, handing_back
 from worker.logs import set_attempt, turn_context
@@ -56,18 +56,6 @@ class Result:
     """For RETRY and BUSY: seconds after which the task should be delivered again."""
     attempt: int = 0
     """The handler invocation this delivery ran (0 if none)."""
-
-
-class TurnCancelled(Exception):
-    """The turn was cancelled while it ran."""
-
-
-class LeaseLost(Exception):
-    """Another worker took the turn over: this attempt must not write."""
-
-
-class HandBack(Exception):
-    """The worker is shutting down: give the turn to another worker."""
 
 
 def execute_turn(request: TurnRequest, *, queue: str, worker: str) -> Result:

@@ -32,7 +32,7 @@ from handlers.base import SessionInfo
 from models.db import connection_scope, session_scope
 from models.tables import ACTIVE_STATUSES, MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
 from worker.config import get_settings
-from worker.errors import InvalidTurn, SessionNotFound
+from worker.errors import InvalidTurn, SessionNotFound, TurnExists
 from worker.payload import TurnRequest
 
 log = logging.getLogger(__name__)
@@ -80,10 +80,6 @@ def check_reply_to(db: Session | Connection, session_id: uuid.UUID, reply_to: in
         raise InvalidTurn(f"reply_to {reply_to} is not a message of session {session_id}")
     if role != "user":
         raise InvalidTurn(f"reply_to {reply_to} is a {role} message; it must be a user message")
-
-
-class TurnExists(Exception):
-    """The turn id is taken (a resubmission, or a duplicate message racing this one)."""
 
 
 _INSERT_TURN = text(
@@ -135,7 +131,7 @@ def insert_turn(db: Session | Connection, request: TurnRequest, *, queue: str) -
         return int(row.position)
     if not row.session_exists:
         raise SessionNotFound(f"session {request.session_id} does not exist")
-    raise TurnExists(str(request.turn_id))
+    raise TurnExists(f"turn {request.turn_id} already exists")
 
 
 def ensure_turn(request: TurnRequest, *, queue: str) -> bool:

@@ -9,19 +9,17 @@ import pytest
 from sqlalchemy import func, select
 
 from models.db import session_scope
+from models.errors import DocumentError, KnowledgeBaseExists, KnowledgeBaseNotFound
 from models.knowledge import (
-    DocumentError,
-    KnowledgeBaseExists,
-    KnowledgeBaseNotFound,
     add_document,
     add_files,
     attach_knowledge_bases,
     create_knowledge_base,
     detach_knowledge_bases,
     list_knowledge_bases,
-    search,
     session_knowledge_bases,
 )
+from models.search import search
 from models.tables import DocumentChunk
 from tests.support.factories import create_session
 from tests.support.knowledge import Corpus, make_corpus

@@ -14,7 +14,8 @@ from handlers.context import ToolContext, current_tool_context, current_turn, ru
 from handlers.knowledge import choose_citations, format_hits
 from handlers.prompts import build_system_prompt
 from handlers.tools import KNOWLEDGE_BASE_TOOL, default_tool_names, run_tool, session_tool_names
-from models.knowledge import SearchHit, chunk_text, document_title
+from models.documents import chunk_text, document_title
+from models.search import SearchHit
 from worker.errors import ConfigError
 
 
