@@ -6,25 +6,16 @@ Postgres calls and the Celery send run in Starlette's thread pool; Redis is used
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
-import importlib.resources
-import json
 import logging
-import re
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import anyio
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -43,29 +34,21 @@ from worker.errors import (
     TurnConflict,
     TurnNotFound,
 )
-from worker.events import turn_stream
-from worker.gateway import store
-from worker.gateway.auth import QUERY_TOKEN, bearer_token, host_header_is_loopback, token_matches
+from worker.gateway.auth import host_header_is_loopback
 from worker.gateway.config import GatewaySettings
 from worker.gateway.openapi import BASE_SCHEMA
-from worker.gateway.sse import (
-    FINISHED_STATUSES,
-    RETRY_MS,
-    EventStreamResponse,
-    SessionCursor,
-    encode_frame,
-    encode_retry,
-    event_seq,
-    is_terminal,
-    parse_event,
-    parse_last_event_id,
-    session_events,
-    terminal_from_report,
-    turn_events,
+from worker.gateway.state import (
+    Gateway,
+    check_fields,
+    gateway_of,
+    json_error,
+    optional_str,
+    path_uuid,
+    threaded,
 )
+from worker.gateway.streams import stream_session, stream_turn
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 _ERROR_STATUS: dict[type[ChatqError], int] = {
     InvalidTurn: 422,
@@ -79,154 +62,6 @@ _ERROR_STATUS: dict[type[ChatqError], int] = {
 
 SESSION_FIELDS = frozenset({"framework", "model", "system_prompt", "metadata"})
 TURN_FIELDS = frozenset({"content", "images", "reply_to", "turn_id", "if_busy"})
-
-
-# ------------------------------------------------------------------------------------ the state
-
-
-class Gateway:
-    """What the endpoints share: settings, the async Redis client, the page."""
-
-    def __init__(self, settings: GatewaySettings) -> None:
-        self.settings = settings
-        self._redis: aioredis.Redis | None = None
-        self.page, self.page_csp = load_page()
-        self.closing: anyio.Event | None = None
-        """Set when the server shuts down: event streams end cleanly (created at start-up)."""
-
-    def begin_shutdown(self) -> None:
-        """End every open event stream (call on the event loop)."""
-        if self.closing is not None:
-            self.closing.set()
-
-    def redis(self) -> aioredis.Redis:
-        """The app's async Redis client (created on first use; blocking reads stay under its socket timeout)."""
-        if self._redis is None:
-            self._redis = aioredis.Redis.from_url(
-                get_settings().redis_url,
-                decode_responses=True,
-                socket_connect_timeout=2,
-                socket_timeout=self.settings.heartbeat + 10,
-                health_check_interval=30,
-                retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), retries=2),
-            )
-        return self._redis
-
-    async def close(self) -> None:
-        """Close the Redis client."""
-        if self._redis is not None:
-            await self._redis.aclose()
-            self._redis = None
-
-    def authorize(self, request: Request, *, query_ok: bool = False) -> None:
-        """Raise 401 unless the request carries an accepted token (a query token only where allowed)."""
-        if self.settings.unauthenticated:
-            return
-        token = bearer_token(request.headers)
-        if token is None and query_ok:
-            token = request.query_params.get(QUERY_TOKEN)
-        if not token_matches(token, self.settings.tokens):
-            where = "an Authorization: Bearer header" + (" or ?access_token=" if query_ok else "")
-            message = "missing bearer token" if token is None else "wrong bearer token"
-            raise HTTPException(
-                401, f"{message}: send CHATQ_API_TOKEN in {where}", headers={"WWW-Authenticate": 'Bearer realm="chatq"'}
-            )
-
-    async def read_json(self, request: Request) -> dict[str, Any]:
-        """The request body as a JSON object: 413 over the size limit, 415 if not JSON, 422 if malformed."""
-        limit = self.settings.max_body_bytes
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.strip().isdigit() and int(declared) > limit:
-            raise HTTPException(413, f"request body is over {limit} bytes (CHATQ_API_MAX_BODY_BYTES)")
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                raise HTTPException(413, f"request body is over {limit} bytes (CHATQ_API_MAX_BODY_BYTES)")
-        if not body.strip():
-            return {}
-        media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if media_type != "application/json":
-            raise HTTPException(415, "send the request body as JSON with Content-Type: application/json")
-        try:
-            data = json.loads(bytes(body))
-        except ValueError as exc:
-            raise HTTPException(422, f"request body is not valid JSON: {str(exc).splitlines()[0]}") from None
-        if not isinstance(data, dict):
-            raise HTTPException(422, f"request body must be a JSON object, got {type(data).__name__}")
-        return data
-
-
-def gateway_of(request: Request) -> Gateway:
-    gateway = request.app.state.gateway
-    assert isinstance(gateway, Gateway)
-    return gateway
-
-
-_SCRIPT = re.compile(r"<script>(.*?)</script>", re.DOTALL)
-_STYLE = re.compile(r"<style>(.*?)</style>", re.DOTALL)
-
-
-def load_page() -> tuple[bytes, str]:
-    """The chat page and its Content-Security-Policy (its inline script and style allowed by hash)."""
-    text = importlib.resources.files("worker.gateway").joinpath("page.html").read_text(encoding="utf-8")
-
-    def digest(pattern: re.Pattern[str]) -> str:
-        hashes = [
-            "'sha256-" + base64.b64encode(hashlib.sha256(m.encode()).digest()).decode() + "'"
-            for m in pattern.findall(text)
-        ]
-        return " ".join(hashes) or "'none'"
-
-    csp = (
-        f"default-src 'none'; script-src {digest(_SCRIPT)}; style-src {digest(_STYLE)}; connect-src 'self'; "
-        "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-    )
-    return text.encode("utf-8"), csp
-
-
-# ------------------------------------------------------------------------------------- helpers
-
-
-def path_uuid(request: Request, name: str, kind: str) -> uuid.UUID:
-    """A UUID path parameter; 404 (no such thing) if it is not a UUID."""
-    raw = str(request.path_params[name])
-    try:
-        return uuid.UUID(raw)
-    except ValueError:
-        raise HTTPException(404, f"no such {kind}: {raw[:60]!r} is not a UUID") from None
-
-
-def last_event_id(request: Request) -> str | None:
-    """Last-Event-ID from the header (what EventSource sends on reconnect) or `?last_event_id=`."""
-    value = request.headers.get("last-event-id")
-    if value is None or not value.strip():
-        value = request.query_params.get("last_event_id")
-    return value if value is not None and value.strip() else None
-
-
-def check_fields(data: dict[str, Any], allowed: frozenset[str]) -> None:
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise HTTPException(
-            422, f"unknown field(s): {', '.join(unknown)}; expected some of: {', '.join(sorted(allowed))}"
-        )
-
-
-def optional_str(data: dict[str, Any], name: str) -> str | None:
-    value = data.get(name)
-    if value is not None and not isinstance(value, str):
-        raise HTTPException(422, f"{name} must be a string or null, got {type(value).__name__}")
-    return value
-
-
-def json_error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
-
-
-async def threaded(function: Callable[..., T], *args: Any) -> T:
-    """Run a blocking call (Postgres, the Celery send) in the thread pool."""
-    return await run_in_threadpool(function, *args)
 
 
 # ----------------------------------------------------------------------------------- endpoints
@@ -435,141 +270,6 @@ async def cancel_turn(request: Request) -> Response:
     turn_id = path_uuid(request, "turn_id", "turn")
     status = await threaded(cancel, turn_id)
     return JSONResponse({"turn_id": str(turn_id), "status": status.value})
-
-
-async def stream_turn(request: Request) -> Response:
-    """The events of one turn as Server-Sent Events, from its first event to its terminal one.
-    ---
-    summary: Stream a turn's events (SSE)
-    description: >-
-      Each message has `id:` = the event's `seq` and `data:` = the event's JSON. With
-      `Last-Event-ID: N` (EventSource sends it when it reconnects) the stream resumes after event N
-      with nothing lost or repeated. The stream closes after the `final`, `error` or `cancelled`
-      event; a reconnect after that gets 204 (which tells EventSource to stop). If the turn's replay
-      stream has expired, its terminal event is rebuilt from Postgres (`"seq": null`, `"source": "postgres"`).
-    tags: [events]
-    security: [{bearer: []}, {accessToken: []}]
-    parameters:
-      - {$ref: "#/components/parameters/TurnId"}
-      - {$ref: "#/components/parameters/LastEventIdHeader"}
-      - {$ref: "#/components/parameters/LastEventIdQuery"}
-      - {$ref: "#/components/parameters/AccessToken"}
-    responses:
-      "200": {$ref: "#/components/responses/EventStream"}
-      "204": {description: the turn ended at or before Last-Event-ID}
-      "401": {$ref: "#/components/responses/Error401"}
-      "404": {$ref: "#/components/responses/Error404"}
-      "422": {$ref: "#/components/responses/Error422"}
-      "503": {$ref: "#/components/responses/Error503"}
-    """
-    from worker.queries import turn_report
-
-    gateway = gateway_of(request)
-    gateway.authorize(request, query_ok=True)
-    turn_id = path_uuid(request, "turn_id", "turn")
-    raw_after = last_event_id(request)
-    try:
-        after = parse_last_event_id(raw_after) if raw_after is not None else 0
-    except ValueError as exc:
-        raise HTTPException(422, str(exc)) from None
-    client = gateway.redis()
-    newest: Any = await client.xrevrange(turn_stream(turn_id), count=1)
-    if newest:
-        event = parse_event(newest[0][1].get("event"))
-        seq = event_seq(event) if event else None
-        if event and is_terminal(event) and seq is not None and raw_after is not None and seq == after:
-            return Response(status_code=204)  # the client has the terminal event: EventSource stops
-    else:
-        if not await threaded(store.turn_exists, turn_id):
-            raise HTTPException(404, f"no such turn: {turn_id}")
-        report = await threaded(turn_report, turn_id)
-        if report["status"] in FINISHED_STATUSES:
-            frame = json.dumps(terminal_from_report(report), separators=(",", ":"))
-            return EventStreamResponse(_single(frame), closing=gateway.closing)
-
-    async def load_report() -> dict[str, Any] | None:
-        try:
-            return await threaded(turn_report, turn_id)
-        except TurnNotFound:
-            return None
-
-    frames = turn_events(
-        client, str(turn_id), after=after, heartbeat=gateway.settings.heartbeat, load_report=load_report
-    )
-    return EventStreamResponse(frames, closing=gateway.closing)
-
-
-async def _single(data: str) -> AsyncGenerator[bytes, None]:
-    yield encode_retry(RETRY_MS)
-    yield encode_frame(data)
-
-
-async def stream_session(request: Request) -> Response:
-    """The events of every turn of a session as Server-Sent Events, live.
-    ---
-    summary: Stream a session's events (SSE)
-    description: >-
-      A new stream starts with the session's unfinished turns from their first event (so a page
-      opened mid-reply sees the whole reply), then follows the session live; it never ends by itself.
-      Each message's `id:` is a cursor `W:S[,P:S]...` (turn positions with the last `seq` delivered;
-      turns before position W are complete). Reconnecting with it as `Last-Event-ID` resumes with
-      nothing lost or repeated, as long as the turns' replay streams are kept (CHATQ_EVENT_RETENTION).
-    tags: [events]
-    security: [{bearer: []}, {accessToken: []}]
-    parameters:
-      - {$ref: "#/components/parameters/SessionId"}
-      - {$ref: "#/components/parameters/LastEventIdHeader"}
-      - {$ref: "#/components/parameters/LastEventIdQuery"}
-      - {$ref: "#/components/parameters/AccessToken"}
-    responses:
-      "200": {$ref: "#/components/responses/EventStream"}
-      "401": {$ref: "#/components/responses/Error401"}
-      "404": {$ref: "#/components/responses/Error404"}
-      "422": {$ref: "#/components/responses/Error422"}
-      "503": {$ref: "#/components/responses/Error503"}
-    """
-    gateway = gateway_of(request)
-    gateway.authorize(request, query_ok=True)
-    session_id = path_uuid(request, "session_id", "session")
-    raw_cursor = last_event_id(request)
-    try:
-        cursor = SessionCursor.parse(raw_cursor) if raw_cursor is not None else None
-    except ValueError as exc:
-        raise HTTPException(422, str(exc)) from None
-    if not await threaded(store.session_exists, session_id):
-        raise HTTPException(404, f"no such session: {session_id}")
-    client = gateway.redis()
-
-    async def initial_cursor() -> SessionCursor:
-        start, recent = await threaded(store.session_start, session_id)
-        for turn_id, position in recent:
-            newest: Any = await client.xrevrange(turn_stream(turn_id), count=1)
-            event = parse_event(newest[0][1].get("event")) if newest else None
-            if newest and (event is None or not is_terminal(event)):
-                # Finished in Postgres, but its terminal event is not out yet: start with it.
-                start = min(start, position)
-                break
-        return SessionCursor(watermark=start)
-
-    async def turns_from(position: int) -> list[tuple[str, int]]:
-        return await threaded(store.turns_from, session_id, position)
-
-    async def position_of(turn_id: str) -> int | None:
-        return await threaded(store.position_of, session_id, turn_id)
-
-    frames = session_events(
-        client,
-        str(session_id),
-        cursor=cursor,
-        heartbeat=gateway.settings.heartbeat,
-        initial_cursor=initial_cursor,
-        turns_from=turns_from,
-        position_of=position_of,
-    )
-    return EventStreamResponse(frames, closing=gateway.closing)
-
-
-# ------------------------------------------------------------------------------ errors, the app
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -11,9 +11,10 @@ import uvicorn
 
 from worker.config import get_settings
 from worker.errors import ConfigError
-from worker.gateway.app import Gateway, create_app
+from worker.gateway.app import create_app
 from worker.gateway.auth import is_loopback
 from worker.gateway.config import load_gateway_settings
+from worker.gateway.state import Gateway
 
 GRACEFUL_SHUTDOWN_SECONDS = 5
 """How long shutdown waits for requests in flight (event streams are ended at once, cleanly)."""
