@@ -17,18 +17,17 @@ from starlette.responses import Response
 from worker.errors import TurnNotFound
 from worker.events import turn_stream
 from worker.gateway import store
+from worker.gateway.session_stream import SessionCursor, session_events
 from worker.gateway.sse import (
     FINISHED_STATUSES,
     RETRY_MS,
     EventStreamResponse,
-    SessionCursor,
     encode_frame,
     encode_retry,
     event_seq,
     is_terminal,
     parse_event,
     parse_last_event_id,
-    session_events,
     terminal_from_report,
     turn_events,
 )

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from worker.gateway.session_stream import SessionCursor
 from worker.gateway.sse import (
-    SessionCursor,
     encode_comment,
     encode_frame,
     encode_retry,
