@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
 
 from models.db import autocommit_scope, connection_scope, get_engine
 
@@ -13,17 +14,33 @@ pytestmark = pytest.mark.usefixtures("chatq_env")
 def test_a_connection_the_server_closed_moments_ago_is_replaced_at_checkout() -> None:
     engine = get_engine()
     engine.dispose()
-    with engine.connect() as doomed, engine.connect() as other:
+    with engine.connect() as doomed:
         doomed_pid = doomed.execute(text("SELECT pg_backend_pid()")).scalar_one()
         doomed.commit()
-        doomed.close()  # back in the pool, first in line
-        # As a restart or an administrator would, from another connection.
+    # Back in the pool, the only one there. As a restart or an administrator would, from a
+    # connection outside the pool:
+    outsider = create_engine(engine.url, poolclass=NullPool)
+    with outsider.connect() as other:
         assert other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": doomed_pid}).scalar_one()
         other.commit()
+    outsider.dispose()
     for _ in range(3):
         # Checked in well within the no-ping window: only the socket tells that the server hung up.
         with connection_scope() as conn:
             assert conn.execute(text("SELECT pg_backend_pid()")).scalar_one() != doomed_pid
+
+
+def test_the_pool_hands_out_the_connection_returned_last() -> None:
+    engine = get_engine()
+    engine.dispose()
+    first, second = engine.connect(), engine.connect()
+    pids = [conn.execute(text("SELECT pg_backend_pid()")).scalar_one() for conn in (first, second)]
+    first.close()
+    second.close()
+    # The warm connection again and again, not the two in turn.
+    for _ in range(3):
+        with autocommit_scope() as conn:
+            assert conn.execute(text("SELECT pg_backend_pid()")).scalar_one() == pids[1]
 
 
 def test_autocommit_scope_commits_each_statement_on_its_own() -> None:
