@@ -86,11 +86,6 @@ def get_engine() -> Engine:
             max_overflow=settings.worker_concurrency + 10,
             pool_timeout=30,
             pool_recycle=1800,
-            # The connection returned last goes out first: it is the warm one, where psycopg has
-            # prepared the hot statements and Postgres keeps their plans (both per connection);
-            # first-in-first-out spread the turns over every pooled connection. Submit -> `started`
-            # went from 2.56x to 2.24x of a bare Celery round trip (BENCHMARKS.md).
-            pool_use_lifo=True,
             # Errors can travel to logs and Flower; they must never carry users' messages.
             hide_parameters=True,
             connect_args={"connect_timeout": 5, "application_name": "chatq"},

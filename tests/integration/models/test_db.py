@@ -30,19 +30,6 @@ def test_a_connection_the_server_closed_moments_ago_is_replaced_at_checkout() ->
             assert conn.execute(text("SELECT pg_backend_pid()")).scalar_one() != doomed_pid
 
 
-def test_the_pool_hands_out_the_connection_returned_last() -> None:
-    engine = get_engine()
-    engine.dispose()
-    first, second = engine.connect(), engine.connect()
-    pids = [conn.execute(text("SELECT pg_backend_pid()")).scalar_one() for conn in (first, second)]
-    first.close()
-    second.close()
-    # The warm connection again and again, not the two in turn.
-    for _ in range(3):
-        with autocommit_scope() as conn:
-            assert conn.execute(text("SELECT pg_backend_pid()")).scalar_one() == pids[1]
-
-
 def test_autocommit_scope_commits_each_statement_on_its_own() -> None:
     with autocommit_scope() as conn:
         conn.execute(text("CREATE TEMP TABLE probe (n int)"))
