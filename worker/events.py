@@ -119,7 +119,8 @@ def last_seq(client: redis.Redis, turn_id: object) -> int:
 
 # Numbers an event after the newest one in the turn's stream and publishes it (PUBLISH, XADD,
 # EXPIRE, as `TurnEvents.send`), atomically and in one round trip instead of an XREVRANGE and then
-# a publish. KEYS[1]: the stream. ARGV: the channel, the retention, the event's JSON up to its seq.
+# a publish. KEYS[1]: the stream. ARGV: the channel, the retention, and the event's JSON before and
+# after the seq's value.
 _NUMBER_AND_PUBLISH = """
 local seq = 0
 local newest = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
@@ -134,7 +135,7 @@ if newest[1] then
   end
 end
 seq = seq + 1
-local event = ARGV[3] .. string.format('%d', seq) .. '}'
+local event = ARGV[3] .. string.format('%d', seq) .. ARGV[4]
 redis.call('PUBLISH', ARGV[1], event)
 redis.call('XADD', KEYS[1], '*', 'event', event)
 redis.call('EXPIRE', KEYS[1], ARGV[2])
@@ -183,9 +184,10 @@ class TurnEvents:
         """
         events = cls(session_id=session_id, turn_id=turn_id)
         event = events.build(type_, attempt, **fields)
-        del event["seq"]  # the script appends it, so the JSON ends with it
-        head = json.dumps(event, separators=(",", ":"), default=str)[:-1] + ',"seq":'
-        arguments = (1, events._stream, events._channel, events.retention, head)
+        # The JSON as every other event has it, split where the script writes the seq's value.
+        payload = json.dumps(event, separators=(",", ":"), default=str)
+        head, _, tail = payload.partition(f'"seq":{event["seq"]},')
+        arguments = (1, events._stream, events._channel, events.retention, head + '"seq":', "," + tail)
         try:
             try:
                 replies = roundtrip(events.client, [pack("EVALSHA", _NUMBER_AND_PUBLISH_SHA, *arguments)])

@@ -126,6 +126,8 @@ def test_resume_with_numbers_after_the_newest_event_and_publishes_in_one_script(
         "ts": live["ts"],
     }
     assert abs(live["ts"] - time.time()) < 5
+    # The same JSON, key order included, as every other event: `seq` before `ts`.
+    assert list(live) == ["v", "type", "session_id", "turn_id", "attempt", "seq", "ts"]
     assert client.ttl(turn_stream(turn_id)) > 0  # the script sets the retention clock
     # Later events go on from there, through the usual path; the cached script is used next time.
     assert events.publish(EventType.TEXT, 2, text="hi")["seq"] == 4
