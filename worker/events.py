@@ -175,14 +175,23 @@ class TurnEvents:
 
     @classmethod
     def resume_with(
-        cls, type_: EventType, attempt: int, *, session_id: object, turn_id: object, **fields: Any
+        cls,
+        type_: EventType,
+        attempt: int,
+        *,
+        session_id: object,
+        turn_id: object,
+        client: redis.Redis | None = None,
+        **fields: Any,
     ) -> TurnEvents:
         """`resume()`, then `publish(type_, attempt, **fields)`, in one round trip.
 
         A script in Redis numbers the event after the newest one in the turn's stream. Where the
-        script cannot run, the two steps run one after the other, with their own logging.
+        script cannot run, the two steps run one after the other, with their own logging. Where
+        Redis cannot be reached, the event is dropped as `send` drops events in an outage, and
+        numbering starts from 0 as `last_seq` does then, without trying the two steps as well.
         """
-        events = cls(session_id=session_id, turn_id=turn_id)
+        events = cls(session_id=session_id, turn_id=turn_id, client=client)
         event = events.build(type_, attempt, **fields)
         # The JSON as every other event has it, split where the script writes the seq's value.
         payload = json.dumps(event, separators=(",", ":"), default=str)
@@ -194,9 +203,19 @@ class TurnEvents:
             except redis.exceptions.NoScriptError:
                 # Not cached yet (a new or restarted Redis): EVAL runs it and caches it.
                 replies = roundtrip(events.client, [pack("EVAL", _NUMBER_AND_PUBLISH, *arguments)])
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            events._down_until = time.monotonic() + 1.0
+            log.warning(
+                "turn %s session %s: could not publish 1 event(s): %s",
+                events.turn_id,
+                events.session_id,
+                mask_secrets(str(exc)),
+            )
+            return events
         except redis.RedisError as exc:
             log.debug("turn %s: numbering script failed (%s); resuming in two steps", turn_id, mask_secrets(str(exc)))
-            events = cls.resume(session_id=session_id, turn_id=turn_id)
+            client = events.client
+            events = cls(session_id=session_id, turn_id=turn_id, client=client, start_seq=last_seq(client, turn_id))
             events.publish(type_, attempt, **fields)
             return events
         events.seq = int(replies[0])

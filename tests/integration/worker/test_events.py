@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import time
 import uuid
 
@@ -162,3 +164,46 @@ def test_resume_with_falls_back_to_two_steps_and_never_raises(chatq_env: dict[st
     assert events.seq == 1
     assert events.publish(EventType.FINAL, 1)["seq"] == 2
     client.delete(turn_stream(turn_id))
+
+
+def test_resume_with_during_a_redis_outage_tries_once_and_numbers_from_zero() -> None:
+    # A server that accepts and hangs up at once: every attempt to reach it is counted.
+    listener = socket.create_server(("127.0.0.1", 0))
+    attempts = 0
+    stop = threading.Event()
+
+    def hang_up() -> None:
+        nonlocal attempts
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            attempts += 1
+            conn.close()
+
+    thread = threading.Thread(target=hang_up, daemon=True)
+    thread.start()
+    client = make_redis(f"redis://127.0.0.1:{listener.getsockname()[1]}/0")
+    try:
+        # What one call costs against this server: its connection attempts and their retries.
+        assert TurnEvents(session_id=uuid.uuid4(), turn_id=uuid.uuid4(), client=client).publish(EventType.FINAL, 1)
+        one_call = attempts
+        assert one_call >= 1
+        events = TurnEvents.resume_with(
+            EventType.STARTED, 1, session_id=uuid.uuid4(), turn_id=uuid.uuid4(), client=client
+        )
+        # The script's call only, not the two steps after it as well.
+        assert attempts - one_call == one_call
+        assert events.seq == 1
+        # Like `send` in an outage: the next chunks are dropped for a second without trying...
+        assert events.publish(EventType.TEXT, 1, text="x")["seq"] == 2
+        assert attempts == 2 * one_call
+        # ...and a terminal event always tries.
+        assert events.publish(EventType.FINAL, 1)["seq"] == 3
+        assert attempts == 3 * one_call
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
