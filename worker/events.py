@@ -117,6 +117,11 @@ def last_seq(client: redis.Redis, turn_id: object) -> int:
         return 0
 
 
+def encode_event(event: Mapping[str, Any]) -> str:
+    """An event's JSON, as it is published and stored."""
+    return json.dumps(event, separators=(",", ":"), default=str)
+
+
 # Numbers an event after the newest one in the turn's stream and publishes it (PUBLISH, XADD,
 # EXPIRE, as `TurnEvents.send`), atomically and in one round trip instead of an XREVRANGE and then
 # a publish. KEYS[1]: the stream. ARGV: the channel, the retention, and the event's JSON before and
@@ -168,9 +173,9 @@ class TurnEvents:
         self._stream = turn_stream(self.turn_id)
 
     @classmethod
-    def resume(cls, *, session_id: object, turn_id: object) -> TurnEvents:
+    def resume(cls, *, session_id: object, turn_id: object, client: redis.Redis | None = None) -> TurnEvents:
         """A publisher that continues the numbering of events already in the turn's stream."""
-        client = get_redis()
+        client = client or get_redis()
         return cls(session_id=session_id, turn_id=turn_id, client=client, start_seq=last_seq(client, turn_id))
 
     @classmethod
@@ -194,7 +199,7 @@ class TurnEvents:
         events = cls(session_id=session_id, turn_id=turn_id, client=client)
         event = events.build(type_, attempt, **fields)
         # The JSON as every other event has it, split where the script writes the seq's value.
-        payload = json.dumps(event, separators=(",", ":"), default=str)
+        payload = encode_event(event)
         head, _, tail = payload.partition(f'"seq":{event["seq"]},')
         arguments = (1, events._stream, events._channel, events.retention, head + '"seq":', "," + tail)
         try:
@@ -204,18 +209,11 @@ class TurnEvents:
                 # Not cached yet (a new or restarted Redis): EVAL runs it and caches it.
                 replies = roundtrip(events.client, [pack("EVAL", _NUMBER_AND_PUBLISH, *arguments)])
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            events._down_until = time.monotonic() + 1.0
-            log.warning(
-                "turn %s session %s: could not publish 1 event(s): %s",
-                events.turn_id,
-                events.session_id,
-                mask_secrets(str(exc)),
-            )
+            events._went_down(1, exc)
             return events
         except redis.RedisError as exc:
             log.debug("turn %s: numbering script failed (%s); resuming in two steps", turn_id, mask_secrets(str(exc)))
-            client = events.client
-            events = cls(session_id=session_id, turn_id=turn_id, client=client, start_seq=last_seq(client, turn_id))
+            events = cls.resume(session_id=session_id, turn_id=turn_id, client=events.client)
             events.publish(type_, attempt, **fields)
             return events
         events.seq = int(replies[0])
@@ -257,7 +255,7 @@ class TurnEvents:
         terminal = any(event.get("type") in TERMINAL_TYPES for event in batch)
         if not terminal and time.monotonic() < self._down_until:
             return False
-        payloads = [json.dumps(event, separators=(",", ":"), default=str) for event in batch]
+        payloads = [encode_event(event) for event in batch]
         commands = []
         for payload in payloads:
             commands.append(pack("PUBLISH", self._channel, payload))
@@ -269,18 +267,22 @@ class TurnEvents:
         try:
             roundtrip(self.client, commands)
         except redis.RedisError as exc:
-            self._down_until = time.monotonic() + 1.0
-            log.warning(
-                "turn %s session %s: could not publish %d event(s): %s",
-                self.turn_id,
-                self.session_id,
-                len(payloads),
-                mask_secrets(str(exc)),
-            )
+            self._went_down(len(payloads), exc)
             return False
         self._down_until = 0.0
         self._expiry_set = True
         return True
+
+    def _went_down(self, count: int, exc: redis.RedisError) -> None:
+        """Log events lost to Redis and hold non-terminal ones back for a second (see `send`)."""
+        self._down_until = time.monotonic() + 1.0
+        log.warning(
+            "turn %s session %s: could not publish %d event(s): %s",
+            self.turn_id,
+            self.session_id,
+            count,
+            mask_secrets(str(exc)),
+        )
 
 
 class TextCoalescer:

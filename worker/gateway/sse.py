@@ -24,7 +24,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from worker.config import mask_secrets
-from worker.events import EVENT_VERSION, TERMINAL_TYPES, turn_stream
+from worker.events import EVENT_VERSION, TERMINAL_TYPES, encode_event, turn_stream
 
 log = logging.getLogger(__name__)
 
@@ -130,10 +130,6 @@ def terminal_from_report(report: Report) -> Event:
     return event
 
 
-def _json(event: Event) -> str:
-    return json.dumps(event, separators=(",", ":"), default=str)
-
-
 async def read_entries(client: aioredis.Redis, key: str, after_id: str = "0-0") -> list[tuple[str, str, Event]]:
     """Every entry of a replay stream after `after_id`: (entry id, raw JSON, event), in order."""
     result: list[tuple[str, str, Event]] = []
@@ -217,7 +213,7 @@ async def turn_events(
             continue
         now = time.monotonic()
         if finished_at is not None and now - finished_at >= idle_grace and report is not None:
-            yield encode_frame(_json(terminal_from_report(report)))
+            yield encode_frame(encode_event(terminal_from_report(report)))
             return
         if now - last_write >= heartbeat:
             yield encode_comment("keepalive")

@@ -6,7 +6,6 @@ replay stream has expired, is read in the thread pool.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -15,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from worker.errors import TurnNotFound
-from worker.events import turn_stream
+from worker.events import encode_event, turn_stream
 from worker.gateway import store
 from worker.gateway.session_stream import SessionCursor, session_events
 from worker.gateway.sse import (
@@ -83,7 +82,7 @@ async def stream_turn(request: Request) -> Response:
             raise HTTPException(404, f"no such turn: {turn_id}")
         report = await threaded(turn_report, turn_id)
         if report["status"] in FINISHED_STATUSES:
-            frame = json.dumps(terminal_from_report(report), separators=(",", ":"))
+            frame = encode_event(terminal_from_report(report))
             return EventStreamResponse(_single(frame), closing=gateway.closing)
 
     async def load_report() -> dict[str, Any] | None:
