@@ -4,6 +4,9 @@
 threads excluded) during the measured phase and writes DIR/NAME-*.txt (collapsed stacks) and a
 summary of the top functions by inclusive and by self samples. Profiling slows the worker, so the
 figures of a profiled run are for orientation only (the report says so).
+CHATQ_BENCH_PROFILE_RATE sets py-spy's samples per second (default 100), CHATQ_BENCH_PROFILE_DURATION
+stops it after that many seconds (to catch only a ramp), and CHATQ_BENCH_PROFILE_GIL=0 samples every
+running thread instead of the one holding the interpreter lock.
 
 `python -m bench.profile FILE.txt [--top N] [--filter SUBSTRING]` summarises a raw file again.
 """
@@ -37,9 +40,13 @@ def profile_dir() -> Path | None:
 
 
 @contextlib.contextmanager
-def record(pid: int, name: str, rate: int = 100) -> Iterator[Path | None]:
-    """py-spy record the process while the block runs (only when --profile was given)."""
+def record(pid: int, name: str, rate: int | None = None) -> Iterator[Path | None]:
+    """py-spy record the process while the block runs (only when --profile was given).
+
+    The sampling rate is `rate`, else CHATQ_BENCH_PROFILE_RATE, else 100 a second.
+    """
     directory = profile_dir()
+    rate = rate or int(os.environ.get("CHATQ_BENCH_PROFILE_RATE", "100"))
     tool = py_spy()
     if directory is None or tool is None:
         yield None
@@ -54,7 +61,8 @@ def record(pid: int, name: str, rate: int = 100) -> Iterator[Path | None]:
             str(pid),
             "--rate",
             str(rate),
-            "--gil",
+            *(["--gil"] if os.environ.get("CHATQ_BENCH_PROFILE_GIL", "1") == "1" else []),
+            *(["--duration", duration] if (duration := os.environ.get("CHATQ_BENCH_PROFILE_DURATION")) else []),
             "--nonblocking",
             "--format",
             "raw",

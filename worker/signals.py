@@ -1,4 +1,4 @@
-"""Celery signal handlers: logging set-up, adapter preloading, metrics, hand-back on shutdown.
+"""Celery signal handlers: logging set-up, adapter preloading, metrics, heap freezing, hand-back on shutdown.
 
 Imported by `worker.app`, so they are connected before the worker sets up logging.
 """
@@ -13,9 +13,12 @@ from celery.signals import (
     after_setup_task_logger,
     task_received,
     worker_init,
+    worker_process_init,
+    worker_ready,
     worker_shutting_down,
 )
 
+from worker.heap import freeze_startup_objects
 from worker.leases import begin_hand_back
 from worker.logs import configure_handlers, quiet_http_clients
 
@@ -46,6 +49,14 @@ def _on_worker_init(**_: Any) -> None:
         except Exception as exc:  # a broken adapter fails its own turns, not the worker
             log.warning("could not preload the %s handler: %s", framework, exc)
     serve_metrics()
+
+
+@worker_ready.connect
+@worker_process_init.connect
+def _freeze_startup_heap(**_: Any) -> None:
+    """Start-up is over (in a prefork child, at its fork): keep what it built out of full GC passes."""
+    frozen = freeze_startup_objects()
+    log.info("froze %d start-up objects out of the garbage collector's full passes", frozen)
 
 
 @worker_shutting_down.connect
