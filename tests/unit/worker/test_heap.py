@@ -50,12 +50,3 @@ def test_cycles_made_after_the_freeze_are_still_collected(unfrozen: None) -> Non
     later = _cycle()
     gc.collect()
     assert later() is None
-
-
-def test_redis_replies_are_parsed_by_hiredis() -> None:
-    # The C parser is a declared dependency (redis[hiredis]); without it every reply is parsed in Python.
-    from redis.connection import DefaultParser
-    from redis.utils import HIREDIS_AVAILABLE
-
-    assert HIREDIS_AVAILABLE
-    assert "Hiredis" in DefaultParser.__name__
