@@ -34,7 +34,8 @@ def _cycle() -> weakref.ref[_Node]:
 def test_survivors_are_frozen_and_skipped_by_collections(unfrozen: None) -> None:
     kept = _Node()
     frozen = freeze_startup_objects()
-    assert frozen == gc.get_freeze_count() > 0
+    # Frozen objects still die by reference count, so the count can only fall after the freeze.
+    assert 0 < gc.get_freeze_count() <= frozen
     tracked = {id(o) for o in gc.get_objects()}
     assert id(kept) not in tracked  # a full pass no longer walks it
 
