@@ -330,7 +330,7 @@ def postgres_control(database_url: str) -> PostgresControl | str:
         return f"Postgres at {host}:{port} is not on this machine"
     if shutil.which("pg_isready") is None:
         return "pg_isready is not installed"
-    if port == 5432 and shutil.which("pg_ctlcluster") and Path("/etc/postgresql").is_dir():
+    if shutil.which("pg_ctlcluster") and Path("/etc/postgresql").is_dir():
         for line in _run(["pg_lsclusters", "--no-header"]).stdout.splitlines():
             parts = line.split()
             if len(parts) >= 4 and parts[2] == str(port) and parts[3] == "online":
@@ -344,7 +344,6 @@ def postgres_control(database_url: str) -> PostgresControl | str:
                     stop_command=[*base, "stop"],
                     start_command=[*base, "start"],
                 )
-        return f"no online pg_ctlcluster cluster listens on port {port}"
     data = ROOT / ".local" / "pg"
     if (data / "PG_VERSION").is_file():
         pg_ctl = shutil.which("pg_ctl") or next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))), None)
@@ -352,13 +351,16 @@ def postgres_control(database_url: str) -> PostgresControl | str:
             return "a private Postgres lives in .local/pg but pg_ctl is not installed"
         run_as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
         base = [*run_as, str(pg_ctl), "-D", str(data), "-w"]
+        # The server pg_ctl starts must log to a file, never to this test's pipes: it outlives the
+        # test, and a server writing into a closed pipe (or a pipe nobody reads) hangs.
+        log_file = ["-l", str(ROOT / ".local" / "pg.log")]
         return PostgresControl(
             host="127.0.0.1",
             port=port,
             description=f"private instance in {data}",
-            restart_command=[*base, "-m", "fast", "restart"],
+            restart_command=[*base, "-m", "fast", *log_file, "restart"],
             stop_command=[*base, "-m", "fast", "stop"],
-            start_command=[*base, "-l", str(ROOT / ".local" / "pg.log"), "start"],
+            start_command=[*base, *log_file, "-o", f"-p {port} -k /tmp -c listen_addresses=127.0.0.1", "start"],
         )
     return f"do not know how to restart the Postgres at {host}:{port} (no pg_ctlcluster cluster, no .local/pg)"
 
