@@ -2,7 +2,8 @@
 
 Each conversation becomes one session whose turns run in order on the `chatq.batch` queue, so
 they never hold up interactive turns. Ids are derived from the batch id, the conversation id and
-the turn index, so running the same command again resumes instead of submitting twice.
+the turn index, so running the same command again resumes instead of submitting twice
+(`worker.batch_resume` compares an edited file with what was stored).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from models.db import connection_scope, session_scope
 from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
+from worker.batch_resume import Comparison, Found, append_turns, compare, load_stored
 from worker.config import Settings, get_settings
 from worker.dispatch import in_queue, send_turns
 from worker.errors import InvalidTurn
@@ -155,30 +157,74 @@ class Submission:
     """Turns stored by this call (0 when the batch had been submitted before)."""
     sent: int
     """Task messages sent (the first runnable turn of each unfinished conversation)."""
+    resumed: int = 0
+    """Conversations found stored by an earlier run of the batch (changed ones included)."""
+    already_done: int = 0
+    """Turns of the conversations that run that had finished before this call."""
+    changed: tuple[Comparison, ...] = ()
+    """Conversations that differ from what the batch stored: reported, not run."""
+    appended: tuple[Comparison, ...] = ()
+    """Stored conversations whose new turns at the end this call stored."""
 
 
 def submit_batch(batch_id: str, conversations: Sequence[Conversation], *, chunk: int = 1000) -> Submission:
-    """Store every conversation's session and turns in bulk (skipping what exists), then send.
+    """Store every conversation's session and turns in bulk (resuming what exists), then send.
 
+    A conversation the batch stored before is compared with the file first (`worker.batch_resume`):
+    it resumes if unchanged, gets new turns at its end stored, and is left alone if it changed.
     Only the first runnable turn of each conversation is sent: the worker sends a session's next
     turn as soon as the previous one ends, so a 10,000-turn batch costs one message per conversation.
     """
     settings = get_settings()
     new_turns = 0
+    found: list[Comparison] = []
     for start in range(0, len(conversations), chunk):
-        new_turns += _insert(batch_id, conversations[start : start + chunk], settings)
+        part = conversations[start : start + chunk]
+        stored = load_stored([session_uuid(batch_id, c.id) for c in part])
+        fresh = [c for c in part if session_uuid(batch_id, c.id) not in stored]
+        created = _insert(batch_id, fresh, settings)
+        new_turns += sum(len(c.turns) for c in fresh if session_uuid(batch_id, c.id) in created)
+        raced = [session_uuid(batch_id, c.id) for c in fresh if session_uuid(batch_id, c.id) not in created]
+        if raced:  # a concurrent run of the same batch stored them first
+            stored.update(load_stored(raced))
+        for conv in part:
+            sid = session_uuid(batch_id, conv.id)
+            if sid in created:
+                continue
+
+            def turn_id(index: int, conv_id: str = conv.id) -> uuid.UUID:
+                return turn_uuid(batch_id, conv_id, index)
+
+            comparison = compare(conv, stored[sid], turn_id)
+            if comparison.found is Found.APPENDED:
+                comparison = append_turns(conv, sid, turn_id)
+                new_turns += comparison.appended_turns
+            found.append(comparison)
+    changed = tuple(c for c in found if c.found is Found.CHANGED)
+    skipped = {c.conversation.id for c in changed}
     sent = 0
-    session_ids = [session_uuid(batch_id, c.id) for c in conversations]
+    session_ids = [session_uuid(batch_id, c.id) for c in conversations if c.id not in skipped]
     for start in range(0, len(session_ids), chunk):
         heads = _runnable_heads(session_ids[start : start + chunk])
         # On a resumed run, a head whose message still waits in Redis needs no second one.
         waiting = {str(t) for t in in_queue([uuid.UUID(m["turn_id"]) for m in heads])}
         sent += send_turns([m for m in heads if m["turn_id"] not in waiting], queue=BATCH_QUEUE)
-    total = sum(len(c.turns) for c in conversations)
-    return Submission(conversations=len(conversations), turns=total, new_turns=new_turns, sent=sent)
+    return Submission(
+        conversations=len(conversations),
+        turns=sum(len(c.turns) for c in conversations),
+        new_turns=new_turns,
+        sent=sent,
+        resumed=len(found),
+        already_done=sum(c.finished_turns for c in found if c.found is not Found.CHANGED),
+        changed=changed,
+        appended=tuple(c for c in found if c.found is Found.APPENDED and c.appended_turns),
+    )
 
 
-def _insert(batch_id: str, conversations: Sequence[Conversation], settings: Settings) -> int:
+def _insert(batch_id: str, conversations: Sequence[Conversation], settings: Settings) -> set[uuid.UUID]:
+    """Store new conversations' sessions, turns and user messages; the ids of the sessions created."""
+    if not conversations:
+        return set()
     sessions, turns, messages = [], [], []
     for conv in conversations:
         sid = session_uuid(batch_id, conv.id)
@@ -215,12 +261,11 @@ def _insert(batch_id: str, conversations: Sequence[Conversation], settings: Sett
         ).scalars()
         fresh = set(created)
         if not fresh:
-            return 0
-        # Sessions that already existed were stored with all their turns in an earlier run.
-        fresh_turns = [t for t in turns if t["session_id"] in fresh]
-        db.execute(insert(TURNS), fresh_turns)
+            return fresh
+        # A session that already existed was stored with all its turns by another run.
+        db.execute(insert(TURNS), [t for t in turns if t["session_id"] in fresh])
         db.execute(insert(MESSAGES), [m for m in messages if m["session_id"] in fresh])
-        return len(fresh_turns)
+        return fresh
 
 
 def _runnable_heads(session_ids: Sequence[uuid.UUID]) -> list[dict[str, Any]]:
@@ -303,17 +348,25 @@ def latency_ms(started: datetime | None, finished: datetime | None) -> int | Non
 def conversation_result(
     batch_id: str, conversation: Conversation, states: Mapping[uuid.UUID, TurnState]
 ) -> dict[str, Any]:
-    """The output line of a finished conversation, with each turn's user text and reply."""
+    """The output line of a finished conversation, with each turn's user text and reply.
+
+    Both texts come from Postgres, so a line always pairs a reply with the message it answered.
+    """
     sid = session_uuid(batch_id, conversation.id)
     turn_ids = [turn_uuid(batch_id, conversation.id, i) for i in range(len(conversation.turns))]
+    users: dict[uuid.UUID | None, str] = {}
+    replies: dict[uuid.UUID | None, str] = {}
     with session_scope() as db:
-        replies = dict(
-            db.execute(
-                select(ChatMessage.turn_id, ChatMessage.content)
-                .where(ChatMessage.turn_id.in_(turn_ids), ChatMessage.role == "assistant")
-                .order_by(ChatMessage.position)
-            ).all()
-        )
+        rows = db.execute(
+            select(ChatMessage.turn_id, ChatMessage.role, ChatMessage.content)
+            .where(ChatMessage.turn_id.in_(turn_ids), ChatMessage.role.in_(("user", "assistant")))
+            .order_by(ChatMessage.position)
+        ).all()
+    for tid, role, content in rows:
+        if role == "user":
+            users.setdefault(tid, content)
+        else:
+            replies[tid] = content  # the last assistant message is the reply
     turns = []
     for index, tid in enumerate(turn_ids):
         state = states[tid]
@@ -321,7 +374,7 @@ def conversation_result(
             {
                 "turn_id": str(tid),
                 "status": state.status,
-                "user": conversation.turns[index],
+                "user": users.get(tid, conversation.turns[index]),
                 "reply": replies.get(tid) if state.status == "succeeded" else None,
                 "usage": {
                     "prompt_tokens": state.prompt_tokens,

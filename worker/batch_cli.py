@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -63,12 +64,34 @@ def run(args: argparse.Namespace) -> int:
         f"({submission.new_turns} new) submitted in {time.monotonic() - started:.1f}s",
         file=sys.stderr,
     )
-    if args.no_wait:
-        return 0
-    return follow(batch_id, conversations, out=Path(args.out) if args.out else None, poll=args.poll, started=started)
+    for comparison in (*submission.appended, *submission.changed):
+        print(f"chatq: {args.file}: {comparison}", file=sys.stderr)
+    if submission.changed:
+        print(new_batch_hint(args, batch_id, len(submission.changed)), file=sys.stderr)
+    skipped = {c.conversation.id for c in submission.changed}
+    running = [c for c in conversations if c.id not in skipped]
+    failed = 1 if submission.changed else 0
+    if args.no_wait or not running:
+        return failed
+    out = Path(args.out) if args.out else None
+    code = follow(batch_id, running, out=out, poll=args.poll, started=started, submission=submission)
+    return code if code else failed
 
 
-def follow(batch_id: str, conversations: list[Any], *, out: Path | None, poll: float, started: float) -> int:
+def new_batch_hint(args: argparse.Namespace, batch_id: str, changed: int) -> str:
+    """What to do about conversations edited since the batch stored them."""
+    command = f"chatq batch {shlex.quote(args.file)} --batch-id NEW-NAME"
+    if args.out:
+        command += " --out NEW-RESULTS.jsonl"
+    return (
+        f"chatq: error: {changed} conversation(s) changed since batch {batch_id} stored them and were not run "
+        f"(the others run); to run the edited file as a new batch: {command}"
+    )
+
+
+def follow(
+    batch_id: str, conversations: list[Any], *, out: Path | None, poll: float, started: float, submission: Any
+) -> int:
     """Follow the batch to its end, writing results as conversations finish; 0 if every turn succeeded."""
     from worker import batch as b
 
@@ -81,9 +104,9 @@ def follow(batch_id: str, conversations: list[Any], *, out: Path | None, poll: f
             states[tid] = b.TurnState(conversation=conv.id, index=index)
     written = _already_written(out)
     out_handle = out.open("a", encoding="utf-8") if out else None
-    bar = ProgressBar(total=len(states), stream=sys.stderr)
+    bar = ProgressBar(total=len(states), stream=sys.stderr, already_done=submission.already_done)
     progress = b.Progress(total=len(states))
-    pending = [c for c in conversations if c.id not in written]
+    pending = [c for c in conversations if str(b.session_uuid(batch_id, c.id)) not in written]
     try:
         while True:
             progress = _refresh(b, batch_id, conversations, states)
@@ -109,18 +132,23 @@ def follow(batch_id: str, conversations: list[Any], *, out: Path | None, poll: f
         if out_handle:
             out_handle.close()
     bar.finish()
-    print(summary(b, conversations, turns_of, states, progress, time.monotonic() - started), file=sys.stderr)
+    wall = time.monotonic() - started
+    print(summary(b, conversations, turns_of, states, progress, wall, submission), file=sys.stderr)
     return 0 if progress.failed == 0 else 1
 
 
 def _already_written(out: Path | None) -> set[str]:
-    """Conversation ids already in the results file (a resumed run does not write them again)."""
+    """Session ids of the results already in the file (a resumed run does not write them again).
+
+    By session id, which derives from the batch id, so another batch writing to the same file
+    still gets its own lines.
+    """
     if out is None or not out.exists():
         return set()
     ids = set()
     for line in out.read_text(encoding="utf-8").splitlines():
         try:
-            ids.add(str(json.loads(line)["id"]))
+            ids.add(str(json.loads(line)["session_id"]))
         except (ValueError, KeyError, TypeError):
             continue
     return ids
@@ -128,16 +156,20 @@ def _already_written(out: Path | None) -> set[str]:
 
 def _refresh(b: Any, batch_id: str, conversations: list[Any], states: dict[Any, Any]) -> Any:
     progress = b.Progress(total=len(states))
+    seen = set()
     for tid, row in b.poll_turns(batch_id, conversations):
         state = states.get(tid)
         if state is None:
             continue
+        seen.add(tid)
         state.status = row["status"].value
         state.prompt_tokens = row["prompt_tokens"]
         state.completion_tokens = row["completion_tokens"]
         state.latency_ms = b.latency_ms(row["started_at"], row["finished_at"])
         state.error = row["error"] if state.status != "succeeded" else None
-    for state in states.values():
+    for tid, state in states.items():
+        if tid not in seen:  # deleted by hand: waiting for it would never end
+            state.status, state.error = "failed", "the turn is no longer in Postgres"
         if state.status in ("succeeded", "failed", "cancelled"):
             progress.done += 1
             if state.status == "succeeded":
@@ -154,8 +186,12 @@ def _refresh(b: Any, batch_id: str, conversations: list[Any], states: dict[Any, 
 class ProgressBar:
     """A live bar on a terminal; a plain line every few seconds otherwise (logs, CI)."""
 
-    def __init__(self, *, total: int, stream: TextIO, width: int = 28, plain_every: float = 5.0) -> None:
+    def __init__(
+        self, *, total: int, stream: TextIO, already_done: int = 0, width: int = 28, plain_every: float = 5.0
+    ) -> None:
         self.total = total
+        self.already_done = already_done
+        """Turns finished before this run: not counted in its rate."""
         self.stream = stream
         self.width = width
         self.tty = stream.isatty() and os.environ.get("TERM") != "dumb"
@@ -164,7 +200,7 @@ class ProgressBar:
         self._drawn = False
 
     def update(self, progress: Any, elapsed: float) -> None:
-        rate = progress.done / elapsed if elapsed > 0 else 0.0
+        rate = max(0, progress.done - self.already_done) / elapsed if elapsed > 0 else 0.0
         eta = (progress.total - progress.done) / rate if rate > 0 else None
         text = (
             f"{progress.done}/{progress.total} turns  failed {progress.failed}  "
@@ -189,14 +225,22 @@ class ProgressBar:
 
 
 def summary(
-    b: Any, conversations: list[Any], turns_of: dict[str, list[Any]], states: dict[Any, Any], progress: Any, wall: float
+    b: Any,
+    conversations: list[Any],
+    turns_of: dict[str, list[Any]],
+    states: dict[Any, Any],
+    progress: Any,
+    wall: float,
+    submission: Any,
 ) -> str:
-    """The end-of-batch table."""
+    """The end-of-batch table; a resumed run's throughput counts only the turns that finished in it."""
     conv_ok = sum(1 for c in conversations if all(states[t].status == "succeeded" for t in turns_of[c.id]))
+    not_run = f", {len(submission.changed)} not run (changed)" if submission.changed else ""
     lat = progress.latencies_ms
     p50, p95 = _ms(b.percentile(lat, 0.5)), _ms(b.percentile(lat, 0.95))
+    ran = max(0, progress.done - submission.already_done)
     rows = [
-        ("conversations", f"{conv_ok} ok, {len(conversations) - conv_ok} failed"),
+        ("conversations", f"{conv_ok} ok, {len(conversations) - conv_ok} failed{not_run}"),
         ("turns", f"{progress.succeeded} ok, {progress.failed} failed"),
         ("tokens", f"{progress.prompt_tokens} in, {progress.completion_tokens} out"),
         (
@@ -204,8 +248,13 @@ def summary(
             f"p50 {p50}, p95 {p95}, max {_ms(max(lat) if lat else None)}",
         ),
         ("wall time", f"{wall:.1f}s"),
-        ("throughput", f"{progress.done / wall if wall > 0 else 0:.2f} turns/s"),
     ]
+    if submission.resumed:
+        rows.append(("resumed", f"{submission.new_turns} submitted, {submission.already_done} already done"))
+    if ran and wall > 0:
+        rows.append(("throughput", f"{ran / wall:.2f} turns/s ({ran} turns finished in this run)"))
+    else:
+        rows.append(("throughput", "- (no turn finished in this run)"))
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
