@@ -128,15 +128,19 @@ def _follow(turn_id: uuid.UUID, *, json_lines: bool) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from worker.follow import EventPrinter, watch_session
+    from worker.follow import EventPrinter, require_session, require_turn, watch_session
     from worker.payload import parse_uuid
 
     if args.turn:
-        return _follow(parse_uuid(args.turn, "turn"), json_lines=args.json)
+        turn_id = parse_uuid(args.turn, "turn")
+        require_turn(turn_id)
+        return _follow(turn_id, json_lines=args.json)
     if not args.session:
         raise CliError("give a SESSION to watch, or --turn TURN")
+    session_id = parse_uuid(args.session, "session")
+    require_session(session_id)
     printer = EventPrinter(json_lines=args.json)
-    for event in watch_session(parse_uuid(args.session, "session")):
+    for event in watch_session(session_id):
         printer(event)
     return EXIT_OK
 

@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 import redis
 
+from worker.errors import SessionNotFound, TurnNotFound
 from worker.events import TERMINAL_TYPES, EventType, get_redis, session_channel, turn_stream
 
 Event = dict[str, Any]
@@ -51,6 +52,32 @@ def follow_turn(
                 yield event
                 if event.get("type") in TERMINAL_TYPES:
                     return
+
+
+def require_session(session_id: uuid.UUID) -> None:
+    """Raise SessionNotFound unless Postgres has the session (watching one that does not exist would be silent)."""
+    from models.db import session_scope
+    from models.tables import ChatSession
+
+    with session_scope() as db:
+        if db.get(ChatSession, session_id) is None:
+            raise SessionNotFound(f"session {session_id} does not exist")
+
+
+def require_turn(turn_id: uuid.UUID, *, client: redis.Redis | None = None) -> None:
+    """Raise TurnNotFound unless the turn is in Postgres or has events in Redis.
+
+    A producer stores a turn before it publishes or sends anything, and a worker stores a turn that
+    arrived only through Redis before its first event, so a turn being submitted passes.
+    """
+    from models.db import session_scope
+    from models.tables import Turn
+
+    with session_scope() as db:
+        if db.get(Turn, turn_id) is not None:
+            return
+    if not (client or get_redis()).exists(turn_stream(turn_id)):
+        raise TurnNotFound(f"turn {turn_id} does not exist")
 
 
 def watch_session(session_id: uuid.UUID, *, client: redis.Redis | None = None) -> Iterator[Event]:

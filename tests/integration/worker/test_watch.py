@@ -1,0 +1,63 @@
+"""`chatq watch` of things that do not exist, and of a turn that exists but has no events yet."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from models.db import autocommit_scope
+from tests.integration.worker.conftest import STUB_MODEL
+from tests.support.cli import chatq
+from tests.support.workers import ROOT, WorkerProcess
+from worker.dispatch import send_turn
+from worker.payload import INTERACTIVE_QUEUE, TurnRequest
+from worker.producer import create_session
+from worker.turns import insert_turn
+
+pytestmark = pytest.mark.slow
+
+
+def test_watching_an_unknown_session_says_it_does_not_exist(worker_env: dict[str, str]) -> None:
+    unknown = uuid.uuid4()
+    result = chatq(worker_env, "watch", str(unknown), timeout=30)
+    assert result.returncode == 1
+    assert result.stderr == f"chatq: error: session {unknown} does not exist\n"
+    assert result.stdout == ""
+
+
+def test_watching_an_unknown_turn_says_it_does_not_exist(worker_env: dict[str, str]) -> None:
+    unknown = uuid.uuid4()
+    result = chatq(worker_env, "watch", "--turn", str(unknown), "--json", timeout=30)
+    assert result.returncode == 1
+    assert result.stderr == f"chatq: error: turn {unknown} does not exist\n"
+    assert result.stdout == ""
+
+
+def test_a_stored_turn_without_events_yet_is_waited_for(worker: WorkerProcess, worker_env: dict[str, str]) -> None:
+    # Stored as a producer stores it, but not sent and without its `queued` event: nothing in Redis yet.
+    session_id = create_session(framework="none", model=STUB_MODEL)
+    request = TurnRequest(turn_id=uuid.uuid4(), session_id=session_id, content="watch me [words: 3]")
+    with autocommit_scope() as conn:
+        insert_turn(conn, request, queue=INTERACTIVE_QUEUE)
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", "watch", "--turn", str(request.turn_id), "--json"],
+        cwd=ROOT,
+        env={**os.environ, **worker_env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert send_turn(request.to_message(), queue=INTERACTIVE_QUEUE)
+        out, err = watcher.communicate(timeout=60)
+    finally:
+        watcher.kill()
+    assert watcher.returncode == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    assert events[0]["type"] == "started" and events[-1]["type"] == "final"
+    assert "".join(e["text"] for e in events if e["type"] == "text") == "w1 w2 w3"
