@@ -85,15 +85,49 @@ async def healthz(request: Request) -> Response:
     """Liveness of the gateway process (no Redis or Postgres round trip).
     ---
     summary: Liveness check
+    description: >-
+      200 whenever the process answers, whatever the state of Postgres and Redis: restart the
+      gateway when this fails, not when they do (that is `/readyz`).
     security: []
     responses:
       "200":
-        description: the gateway answers
+        description: the gateway process answers
         content:
           application/json:
             schema: {type: object, properties: {status: {type: string, enum: [ok]}}}
     """
     return JSONResponse({"status": "ok"})
+
+
+_SERVICE_NAMES = {"postgres": "Postgres", "redis": "Redis"}
+
+
+async def readyz(request: Request) -> Response:
+    """Readiness: whether Postgres and Redis both answer, each checked within two seconds.
+    ---
+    summary: Readiness check
+    description: >-
+      Checks Postgres (`SELECT 1`) and Redis (`PING`) side by side, each bounded, so the answer
+      never takes much over two seconds. Send traffic to the gateway only while this is 200.
+    security: []
+    responses:
+      "200":
+        description: Postgres and Redis answer
+        content:
+          application/json:
+            schema: {$ref: "#/components/schemas/Readiness"}
+      "503":
+        description: Postgres or Redis (or both) does not answer; `error` names which
+        content:
+          application/json:
+            schema: {$ref: "#/components/schemas/Readiness"}
+    """
+    checks = await gateway_of(request).readiness()
+    down = [_SERVICE_NAMES[name] for name, state in checks.items() if state != "ok"]
+    if not down:
+        return JSONResponse({"status": "ready", **checks})
+    error = f"not ready: {' and '.join(down)} {'does' if len(down) == 1 else 'do'} not answer"
+    return JSONResponse({"status": "not ready", **checks, "error": error}, status_code=503)
 
 
 async def openapi(request: Request) -> Response:
@@ -155,6 +189,8 @@ async def submit_turn(request: Request) -> Response:
     description: >-
       Stores the turn as queued with its user message, then sends it to the workers. 202 for a new
       turn; 200 when `turn_id` names a turn already submitted with the same content (idempotent).
+      With Redis down the turn is still stored, so the answer is 202 with `sent: false` (not 503):
+      the sweeper sends it once Redis answers again, and a client must not submit it a second time.
     tags: [turns]
     parameters:
       - {$ref: "#/components/parameters/SessionId"}
@@ -165,7 +201,7 @@ async def submit_turn(request: Request) -> Response:
           schema: {$ref: "#/components/schemas/NewTurn"}
     responses:
       "202":
-        description: the turn is queued
+        description: the turn is stored as queued (`sent` false if Redis did not take it yet)
         content:
           application/json:
             schema: {$ref: "#/components/schemas/SubmittedTurn"}
@@ -332,6 +368,7 @@ def create_app(settings: GatewaySettings) -> Starlette:
     routes = [
         Route("/", page, methods=["GET"], include_in_schema=False),
         Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"], include_in_schema=False),
         Route("/sessions", create_session, methods=["POST"]),
         Route("/sessions/{session_id}/turns", submit_turn, methods=["POST"]),

@@ -20,7 +20,7 @@ BASE_SCHEMA: dict[str, Any] = {
         "version": "1",
         "description": (
             "The chatq producer API over HTTP and its stream events as Server-Sent Events. "
-            "Every request except `GET /`, `GET /healthz` and `GET /openapi.json` needs "
+            "Every request except `GET /`, `GET /healthz`, `GET /readyz` and `GET /openapi.json` needs "
             "`Authorization: Bearer <CHATQ_API_TOKEN>`; the two event streams also accept "
             "`?access_token=` because a browser's EventSource cannot send headers. "
             'Errors are JSON objects `{"error": "one clear line"}`.'
@@ -98,7 +98,7 @@ BASE_SCHEMA: dict[str, Any] = {
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
             },
             "Error503": {
-                "description": "Postgres or Redis is not reachable",
+                "description": "Postgres (or, for an event stream, Redis) is not reachable",
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
             },
             "EventStream": {
@@ -209,6 +209,16 @@ BASE_SCHEMA: dict[str, Any] = {
                     "started_at": {"type": ["string", "null"], "format": "date-time"},
                     "finished_at": {"type": ["string", "null"], "format": "date-time"},
                     "messages": {"type": "array", "items": {"$ref": "#/components/schemas/Message"}},
+                },
+            },
+            "Readiness": {
+                "type": "object",
+                "required": ["status", "postgres", "redis"],
+                "properties": {
+                    "status": {"type": "string", "enum": ["ready", "not ready"]},
+                    "postgres": {"type": "string", "description": '"ok", or why not (a timeout or an error kind)'},
+                    "redis": {"type": "string", "description": '"ok", or why not (a timeout or an error kind)'},
+                    "error": {"type": "string", "description": "with 503: which of them does not answer"},
                 },
             },
             "Cancelled": {

@@ -8,21 +8,24 @@ import base64
 import hashlib
 import importlib.resources
 import json
+import logging
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
+import anyio.to_thread
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
+from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from worker.config import get_settings
+from worker.config import get_settings, mask_secrets
 from worker.gateway.auth import QUERY_TOKEN, bearer_token, token_matches
 from worker.gateway.config import GatewaySettings
 
@@ -39,6 +42,11 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+READINESS_TIMEOUT = 2.0
+"""Seconds each readiness check may take: a probe answers even when a service hangs."""
 
 
 class Gateway:
@@ -47,6 +55,7 @@ class Gateway:
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
         self._redis: aioredis.Redis | None = None
+        self._probe_threads: anyio.CapacityLimiter | None = None
         self.page, self.page_csp = load_page()
         self.closing: anyio.Event | None = None
         """Set when the server shuts down: event streams end cleanly (created at start-up)."""
@@ -68,6 +77,38 @@ class Gateway:
                 retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), retries=2),
             )
         return self._redis
+
+    async def readiness(self) -> dict[str, str]:
+        """Whether Postgres and Redis answer, checked side by side: "ok", or why not, for each."""
+        states: dict[str, str] = {}
+
+        async def check(name: str, probe: Callable[[], Awaitable[object]]) -> None:
+            try:
+                with anyio.fail_after(READINESS_TIMEOUT):
+                    await probe()
+            except TimeoutError:
+                states[name] = f"no answer within {READINESS_TIMEOUT:g}s"
+            except Exception as exc:  # whatever the failure, the gateway is not ready
+                states[name] = f"error: {type(exc).__name__}"
+                detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                log.warning("readiness check: %s does not answer: %s", name, mask_secrets(detail))
+            else:
+                states[name] = "ok"
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(check, "postgres", self._ping_postgres)
+            group.start_soon(check, "redis", self._ping_redis)
+        return {"postgres": states["postgres"], "redis": states["redis"]}
+
+    async def _ping_postgres(self) -> None:
+        if self._probe_threads is None:
+            self._probe_threads = anyio.CapacityLimiter(2)
+        # Abandoned on timeout (its connect gives up after the engine's connect_timeout); the
+        # limiter keeps a hung Postgres from piling up probe threads.
+        await anyio.to_thread.run_sync(_select_one, abandon_on_cancel=True, limiter=self._probe_threads)
+
+    async def _ping_redis(self) -> None:
+        await self.redis().ping()
 
     async def close(self) -> None:
         """Close the Redis client."""
@@ -112,6 +153,13 @@ class Gateway:
         if not isinstance(data, dict):
             raise HTTPException(422, f"request body must be a JSON object, got {type(data).__name__}")
         return data
+
+
+def _select_one() -> None:
+    from models.db import get_engine
+
+    with get_engine().connect() as connection:
+        connection.execute(text("SELECT 1"))
 
 
 def gateway_of(request: Request) -> Gateway:

@@ -169,6 +169,7 @@ def test_the_openapi_document_describes_every_endpoint(anonymous: httpx.Client) 
         "/turns/{turn_id}/cancel": {"post"},
         "/turns/{turn_id}/events": {"get"},
         "/healthz": {"get"},
+        "/readyz": {"get"},
     }
     assert {path: set(ops) for path, ops in document["paths"].items()} == expected
     for path, operations in document["paths"].items():
