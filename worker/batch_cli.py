@@ -106,7 +106,7 @@ def follow(
     out_handle = out.open("a", encoding="utf-8") if out else None
     bar = ProgressBar(total=len(states), stream=sys.stderr, already_done=submission.already_done)
     progress = b.Progress(total=len(states))
-    pending = [c for c in conversations if str(b.session_uuid(batch_id, c.id)) not in written]
+    pending = [c for c in conversations if (str(b.session_uuid(batch_id, c.id)), len(c.turns)) not in written]
     try:
         while True:
             progress = _refresh(b, batch_id, conversations, states)
@@ -137,21 +137,23 @@ def follow(
     return 0 if progress.failed == 0 else 1
 
 
-def _already_written(out: Path | None) -> set[str]:
-    """Session ids of the results already in the file (a resumed run does not write them again).
+def _already_written(out: Path | None) -> set[tuple[str, int]]:
+    """(session id, turn count) of the results already in the file (a resumed run does not write them again).
 
     By session id, which derives from the batch id, so another batch writing to the same file
-    still gets its own lines.
+    still gets its own lines; and by turn count, so a conversation with turns appended since gets
+    a new line with all of them.
     """
     if out is None or not out.exists():
         return set()
-    ids = set()
+    written = set()
     for line in out.read_text(encoding="utf-8").splitlines():
         try:
-            ids.add(str(json.loads(line)["session_id"]))
+            record = json.loads(line)
+            written.add((str(record["session_id"]), len(record["turns"])))
         except (ValueError, KeyError, TypeError):
             continue
-    return ids
+    return written
 
 
 def _refresh(b: Any, batch_id: str, conversations: list[Any], states: dict[Any, Any]) -> Any:

@@ -210,9 +210,14 @@ def test_running_a_finished_batch_again_reports_that_nothing_ran(
 
 
 def run_then_edit(
-    batch_env: dict[str, str], tmp_path: Path, name: str, edit: Callable[[list[list[str]]], None]
+    batch_env: dict[str, str],
+    tmp_path: Path,
+    name: str,
+    edit: Callable[[list[list[str]]], None],
+    *,
+    same_out: bool = False,
 ) -> tuple[Path, str, subprocess.CompletedProcess[str], Path]:
-    """Run a 3-conversation batch to its end, edit the file's turns, run it again into a new results file."""
+    """Run a 3-conversation batch to its end, edit the file's turns, run it again (into a new results file)."""
     source = tmp_path / f"{name}.jsonl"
     lines = write_batch(source, 3, 2, extra=name)
     first = chatq(batch_env, "batch", str(source), "--out", str(tmp_path / "first.jsonl"))
@@ -220,7 +225,7 @@ def run_then_edit(
     turns = [cast(list[str], line["turns"]) for line in lines]
     edit(turns)
     source.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    out = tmp_path / "second.jsonl"
+    out = tmp_path / ("first.jsonl" if same_out else "second.jsonl")
     second = chatq(batch_env, "batch", str(source), "--out", str(out), timeout=60)
     return source, default_batch_id(source), second, out
 
@@ -258,13 +263,15 @@ def test_an_appended_turn_runs_after_the_stored_ones(
     def edit(turns: list[list[str]]) -> None:
         turns[2].append("one more question")
 
-    _, batch_id, second, out = run_then_edit(batch_env, tmp_path, "appended", edit)
+    _, batch_id, second, out = run_then_edit(batch_env, tmp_path, "appended", edit, same_out=True)
     assert second.returncode == 0, second.stderr
     assert "line 3: conversation 'conv-2': 1 turn(s) appended; they run after the 2 stored" in second.stderr
     assert "(1 new)" in second.stderr
-    assert sorted(result_ids(out)) == ["conv-0", "conv-1", "conv-2"]
+    # The first run's three lines, then conv-2 again with all its turns.
+    ids = result_ids(out)
+    assert sorted(ids[:3]) == ["conv-0", "conv-1", "conv-2"] and ids[3:] == ["conv-2"]
     assert_pairs_each_text_with_its_reply(out)
-    record = next(r for r in map(json.loads, out.read_text().splitlines()) if r["id"] == "conv-2")
+    record = json.loads(out.read_text().splitlines()[3])
     assert [t["user"] for t in record["turns"]] == ["c2 t0 appended", "c2 t1 appended", "one more question"]
     stored = session_messages(session_uuid(batch_id, "conv-2"))
     assert [m.role for m in stored] == ["user", "assistant"] * 3
