@@ -3,7 +3,9 @@
 The process environment always wins. Then `.env` in the current directory, then
 `.local/services.env` (where `scripts/services.sh` writes the URLs of the Postgres and Redis it
 found or started), each only filling variables that are still unset. So a second terminal in the
-checkout reaches the same services as `make run` without exporting anything.
+checkout reaches the same services as `make run` without exporting anything. `CHATQ_ENV_FILES`
+(comma-separated paths; empty for none) replaces that list, as the test suite does to stay clear
+of a developer's own `.env`.
 
 The format is the common subset of docker compose and python-dotenv: `NAME=value` lines, an
 optional `export ` in front, `#` comments (after whitespace on an unquoted value), blank lines,
@@ -26,6 +28,9 @@ from worker.errors import ConfigError
 
 ENV_FILES = (Path(".env"), Path(".local") / "services.env")
 """Read in this order, relative to the current directory; an earlier one wins."""
+
+ENV_FILES_VARIABLE = "CHATQ_ENV_FILES"
+"""Overrides ENV_FILES: comma-separated paths (relative to the current directory); empty reads none."""
 
 PLACEHOLDER_PREFIX = "change-me"
 """How every secret in `.env.example` starts: a value that must be replaced before use."""
@@ -87,11 +92,19 @@ def _read_with_sources(directory: Path | None, files: tuple[Path, ...]) -> dict[
     return merged
 
 
+def env_files(environ: Mapping[str, str]) -> tuple[Path, ...]:
+    """The files to read: those CHATQ_ENV_FILES lists (none if it is empty), else ENV_FILES."""
+    raw = environ.get(ENV_FILES_VARIABLE)
+    if raw is None:
+        return ENV_FILES
+    return tuple(Path(part.strip()) for part in raw.split(",") if part.strip())
+
+
 def load_env_files(environ: MutableMapping[str, str] | None = None, directory: Path | None = None) -> list[str]:
     """Fill unset variables of `environ` (default: os.environ) from the env files; the names it set."""
     target = os.environ if environ is None else environ
     filled = []
-    for name, value in read_env_files(directory).items():
+    for name, value in read_env_files(directory, env_files(target)).items():
         if name not in target:
             target[name] = value
             filled.append(name)
@@ -106,15 +119,16 @@ def is_placeholder(value: str) -> bool:
 def services_notice(environ: Mapping[str, str], directory: Path | None = None) -> str:
     """What `make run` tells its user: the services this worker uses, and whether `chatq` in another
     terminal in this directory reaches the same ones (it has only the env files to go by)."""
-    from_files = _read_with_sources(directory, ENV_FILES)
+    files = env_files(environ)
+    from_files = _read_with_sources(directory, files)
     names = ("DATABASE_URL", "REDIS_URL")
     here = {name: environ.get(name, "") for name in names}
     lines = [f"chatq: Postgres {mask_url(here['DATABASE_URL'])}, Redis {mask_url(here['REDIS_URL'])}"]
     differ = [name for name in names if from_files.get(name, ("", None))[0] != here[name]]
     if not differ:
-        files = " and ".join(str(path) for path in ENV_FILES)
+        read = " and ".join(str(path) for path in files)
         lines.append(
-            f"chatq: a second terminal in this directory reaches them too (`chatq` reads {files}):"
+            f"chatq: a second terminal in this directory reaches them too (`chatq` reads {read}):"
             " source .venv/bin/activate; chatq session create"
         )
     for name in differ:
@@ -126,7 +140,9 @@ def services_notice(environ: Mapping[str, str], directory: Path | None = None) -
 
 __all__ = [
     "ENV_FILES",
+    "ENV_FILES_VARIABLE",
     "PLACEHOLDER_PREFIX",
+    "env_files",
     "is_placeholder",
     "load_env_files",
     "parse_env_text",

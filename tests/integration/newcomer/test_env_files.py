@@ -25,7 +25,8 @@ def _unused_port() -> int:
 
 def _chatq_in(directory: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """`chatq ARGS` run from `directory` with exactly `env` (plus PATH and the like, never the URLs)."""
-    base = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    # The suite sets CHATQ_ENV_FILES="" (tests/conftest.py): without it, the default files apply.
+    base = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "CHATQ_ENV_FILES")}
     return subprocess.run(
         [sys.executable, "-m", "worker.cli", *args],
         cwd=directory,
@@ -78,3 +79,13 @@ def test_worker_reads_the_files_too(tmp_path: Path, chatq_env: dict[str, str]) -
     result = _chatq_in(tmp_path, chatq_env, "worker")
     assert result.returncode == 1
     assert result.stderr == "chatq: error: CHATQ_WORKER_CONCURRENCY must be a whole number, got 'lots'\n"
+
+
+def test_chatq_env_files_chooses_the_files(tmp_path: Path, chatq_env: dict[str, str]) -> None:
+    """CHATQ_ENV_FILES replaces the list: here only a file of the user's choosing is read."""
+    (tmp_path / ".env").write_text("CHATQ_WORKER_CONCURRENCY=lots\n")
+    (tmp_path / "staging.env").write_text("CHATQ_WORKER_CONCURRENCY=many\n")
+    chosen = _chatq_in(tmp_path, {**chatq_env, "CHATQ_ENV_FILES": "staging.env"}, "worker")
+    assert chosen.stderr == "chatq: error: CHATQ_WORKER_CONCURRENCY must be a whole number, got 'many'\n"
+    none = _chatq_in(tmp_path, {**chatq_env, "CHATQ_ENV_FILES": "", "CHATQ_WORKER_CONCURRENCY": "x"}, "worker")
+    assert none.stderr == "chatq: error: CHATQ_WORKER_CONCURRENCY must be a whole number, got 'x'\n"

@@ -6,7 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from worker.envfile import is_placeholder, load_env_files, parse_env_text, read_env_files, services_notice
+from worker.envfile import (
+    ENV_FILES,
+    env_files,
+    is_placeholder,
+    load_env_files,
+    parse_env_text,
+    read_env_files,
+    services_notice,
+)
 from worker.errors import ConfigError
 
 
@@ -125,3 +133,16 @@ def test_make_runs_notice_says_whether_another_terminal_reaches_the_same_service
     assert "reaches them too" not in notice
     assert "postgres:5432" in notice and "from .env" in notice and "export DATABASE_URL" in notice
     assert "secret" not in notice
+
+
+def test_chatq_env_files_replaces_the_list(tmp_path: Path) -> None:
+    assert env_files({}) == ENV_FILES
+    assert env_files({"CHATQ_ENV_FILES": ""}) == ()
+    assert env_files({"CHATQ_ENV_FILES": " a.env, ,/etc/chatq.env "}) == (Path("a.env"), Path("/etc/chatq.env"))
+    _write(tmp_path, ".env", "A=dotenv\n")
+    _write(tmp_path, "mine.env", "A=mine\nB=mine\n")
+    environ = {"CHATQ_ENV_FILES": "mine.env"}
+    load_env_files(environ, tmp_path)
+    assert environ == {"CHATQ_ENV_FILES": "mine.env", "A": "mine", "B": "mine"}
+    environ = {"CHATQ_ENV_FILES": ""}
+    assert load_env_files(environ, tmp_path) == []
