@@ -206,7 +206,8 @@ def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
     from worker.schema import require_schema
 
     settings = get_settings()
-    require_schema()  # an unmigrated database: say `chatq db upgrade` now, not in every turn's error
+    if not {"-h", "--help"} & set(extra):
+        require_schema()  # an unmigrated database: say `chatq db upgrade` now, not in every turn's error
     defaults = [
         "worker",
         # Turns wait on the model, not the CPU: threads keep many in flight on few cores.

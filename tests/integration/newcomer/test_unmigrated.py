@@ -51,3 +51,9 @@ def test_after_db_upgrade_the_same_command_works(unmigrated: dict[str, str]) -> 
     assert chatq(unmigrated, "db", "upgrade").returncode == 0
     created = chatq(unmigrated, "session", "create", "--framework", "none")
     assert created.returncode == 0, created.stderr
+
+
+def test_worker_help_needs_no_database(unmigrated: dict[str, str]) -> None:
+    result = chatq(unmigrated, "worker", "--help", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "--concurrency" in result.stdout
