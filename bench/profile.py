@@ -26,6 +26,9 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+_CHECKOUT = f"{Path(__file__).resolve().parents[1]}/"
+"""This checkout's directory: frames of chatq's own files are shown relative to it."""
+
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::\d+)?\)$")
 
 
@@ -92,7 +95,7 @@ def _short(frame: str) -> str:
     if not m:
         return frame.strip()
     path = m["file"]
-    for marker in ("site-packages/", "/work/main/", "lib/python3.11/"):
+    for marker in ("site-packages/", _CHECKOUT, "lib/python3.11/"):
         if marker in path:
             path = path.split(marker, 1)[1]
             break

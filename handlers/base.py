@@ -1,4 +1,4 @@
-"""The framework-agnostic agent contract (seed "Agent Handlers").
+"""The framework-agnostic agent contract: the messages, stream events and handler interface every framework implements.
 
 The worker talks only to these types; each framework adapter converts its native messages to
 `AgentMessage` at the boundary, so nothing outside `handlers/<framework>/` imports an agent framework.

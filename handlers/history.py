@@ -1,4 +1,4 @@
-"""Conversation history for a turn, cut to a token budget (seed "Shared Modules").
+"""Conversation history for a turn, cut to a token budget (shared by every agent framework).
 
 `build_history()` returns framework-neutral message dicts; each handler converts them to its own
 message types, so history behaviour cannot drift between frameworks.

@@ -1,4 +1,4 @@
-"""System-prompt assembly shared by every agent framework (seed "Shared Modules").
+"""System-prompt assembly shared by every agent framework.
 
 Every handler asks this module for its system prompt, so sessions behave the same whatever their
 `agent_framework`: the same persona default, tool rules, knowledge-base policy and error handling.

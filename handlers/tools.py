@@ -136,7 +136,7 @@ def session_tool_names(requested: object, knowledge_bases: Sequence[str] = ()) -
 def run_tool(name: str, args: Mapping[str, Any] | None, *, context: ToolContext | None = None) -> str:
     """Run a tool and return its output text; failures come back as `"Error: ..."`, never raised.
 
-    The model reads the error and can correct itself, as the seed's tool contract asks; the output is
+    The model reads the error and can correct itself (tools never raise into the graph); the output is
     cut at `CHATQ_MAX_TOOL_OUTPUT_CHARS` so one tool cannot flood the context window.
 
     `context` (default: the current one, see `handlers.context`) is what the tool sees of its turn;

@@ -1,6 +1,6 @@
 """SQLAlchemy 2 typed models of chatq's tables.
 
-The three tables of SPEC.md ("Data"), then knowledge bases (documents, chunks searchable with
+The three tables of docs/contract.md ("Data"), then knowledge bases (documents, chunks searchable with
 Postgres full-text search, attachments to sessions) and the record of paid tool calls.
 """
 

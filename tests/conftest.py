@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -10,6 +11,10 @@ from tests.support.env import environ
 from tests.support.services import fresh_database, private_redis_db
 
 pytest_plugins = ["tests.support.fixtures"]
+
+# The `chatq` processes the suite starts run in the checkout, where a developer may keep a `.env`
+# (docker compose's) or `.local/services.env`: they read no env file, only what each test sets.
+os.environ["CHATQ_ENV_FILES"] = ""
 
 
 @pytest.fixture(scope="session")

@@ -68,9 +68,12 @@ class LineError:
 def parse_line(line_no: int, text: str, settings: Settings) -> Conversation:
     """Validate one batch line; raises InvalidTurn with what is wrong."""
     try:
-        data = json.loads(text)
+        # Without its line ending: JSON would count the newline as a line of its own, and report an
+        # error at the end of the line as "column 1" (of that second line).
+        data = json.loads(text.rstrip("\r\n"))
     except json.JSONDecodeError as exc:
-        raise InvalidTurn(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+        # Some messages end in "at" ("Unterminated string starting at"): one "at" before the column.
+        raise InvalidTurn(f"not valid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})") from None
     if not isinstance(data, dict):
         raise InvalidTurn("must be a JSON object")
     conv_id = data.get("id")

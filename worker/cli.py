@@ -1,7 +1,8 @@
-"""The `chatq` command line (SPEC.md, "Command line").
+"""The `chatq` command line (docs/contract.md, "Command line").
 
 Errors are one clear line on stderr and a non-zero exit code, never a traceback. Producer
-commands import no agent framework, so `chatq submit` returns its turn id quickly.
+commands import no agent framework, so `chatq submit` returns its turn id quickly. Variables not
+set in the environment are read from `.env` and `.local/services.env` (worker/envfile.py).
 """
 
 from __future__ import annotations
@@ -206,8 +207,11 @@ def _exec_celery(arguments: list[str]) -> NoReturn:
 
 def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
     from worker.config import get_settings
+    from worker.schema import require_schema
 
     settings = get_settings()
+    if not {"-h", "--help"} & set(extra):
+        require_schema()  # an unmigrated database: say `chatq db upgrade` now, not in every turn's error
     defaults = [
         "worker",
         # Turns wait on the model, not the CPU: threads keep many in flight on few cores.
@@ -328,7 +332,10 @@ def _explain(exc: BaseException) -> str:
     module = type(exc).__module__
     if module.startswith(("sqlalchemy", "psycopg")):
         from worker.config import get_settings
+        from worker.schema import is_undefined_table, schema_missing
 
+        if is_undefined_table(exc):
+            return schema_missing().message
         return f"cannot use Postgres at {get_settings().database_url_masked}: {mask_secrets(text)}"
     if module.startswith(("redis", "kombu")):
         from worker.config import get_settings
@@ -338,7 +345,15 @@ def _explain(exc: BaseException) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from worker.envfile import load_env_files
+
     arguments = list(sys.argv[1:] if argv is None else argv)
+    try:
+        # Before any settings are read: a terminal in the checkout reaches what `make run` uses.
+        load_env_files()
+    except ChatqError as exc:
+        print(f"chatq: error: {one_line(exc.message)}", file=sys.stderr)
+        return EXIT_FAILED
     if arguments and arguments[0] in PASSTHROUGH:
         try:
             return PASSTHROUGH[arguments[0]](argparse.Namespace(), arguments[1:])

@@ -51,6 +51,10 @@ class ServiceUnavailable(ChatqError):
     """A service chatq needs (Postgres or Redis) is not reachable."""
 
 
+class SchemaMissing(ServiceUnavailable):
+    """The database has no chatq tables yet: run `chatq db upgrade`."""
+
+
 class CliError(ChatqError):
     """The command could not be carried out."""
 

@@ -1,4 +1,4 @@
-"""Stream events (SPEC.md, "Stream events"): Redis pub/sub per session plus a replay stream per turn.
+"""Stream events (docs/contract.md, "Stream events"): Redis pub/sub per session plus a replay stream per turn.
 
 Each event costs one round trip: PUBLISH, XADD and EXPIRE go in one write (`worker.resp`).
 Publishing is best effort by design: Postgres holds the truth, so a Redis hiccup is logged and the

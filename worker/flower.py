@@ -17,6 +17,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
+from worker.envfile import is_placeholder
 from worker.errors import ConfigError
 
 UNAUTHENTICATED_FLAG = "--unauthenticated"
@@ -51,9 +52,12 @@ def _normalise_basic_auth(raw: str, source: str) -> str:
     entries = [entry.strip() for entry in raw.split(",")]
     for number, entry in enumerate(entries, start=1):
         user, colon, password = entry.partition(":")
+        where = f"entry {number} of {source}" if len(entries) > 1 else source
         if not colon or not user or not password:
-            where = f"entry {number} of {source}" if len(entries) > 1 else source
             raise ConfigError(f"{where} must be {_FORMAT_HINT} (a user and a password separated by ':')")
+        if is_placeholder(password):
+            # .env.example's password is public: a Flower accepting it is open to anyone who read it.
+            raise ConfigError(f"{where} still holds the placeholder password from .env.example; choose a real one")
     return ",".join(entries)
 
 

@@ -118,7 +118,8 @@ class EventPrinter:
             tool = event.get("tool") or {}
             self._note(f"[tool {tool.get('name')} {tool.get('status')}]")
         elif kind == EventType.RETRY:
-            self._note(f"[attempt {event.get('attempt')} failed: {event.get('error')}; retrying]")
+            # The error comes last: it is a sentence of its own, with its own full stop.
+            self._note(f"[attempt {event.get('attempt')} failed, retrying: {event.get('error')}]")
         elif kind == EventType.FINAL:
             if not self._mid_line:
                 # Nothing streamed (a handler without stream()): print the stored reply.

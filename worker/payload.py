@@ -40,7 +40,7 @@ class TurnRequest:
     """A saved user message id: history is taken from before it (regenerate/edit)."""
 
     def to_message(self) -> dict[str, Any]:
-        """The task's keyword arguments, as SPEC.md defines them."""
+        """The task's keyword arguments, as docs/contract.md ("The task") defines them."""
         return task_message(
             turn_id=self.turn_id,
             session_id=self.session_id,
@@ -53,7 +53,7 @@ class TurnRequest:
 def task_message(
     *, turn_id: object, session_id: object, content: str, images: Sequence[str] | None, reply_to: int | None
 ) -> dict[str, Any]:
-    """The keyword arguments of `chatq.run_turn`, as SPEC.md defines them."""
+    """The keyword arguments of `chatq.run_turn`, as docs/contract.md ("The task") defines them."""
     return {
         "turn_id": str(turn_id),
         "session_id": str(session_id),

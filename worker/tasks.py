@@ -35,7 +35,7 @@ INFRASTRUCTURE_ERRORS = (OperationalError, DBAPIError, RedisError, KombuOperatio
     max_retries=None,
 )
 def run_turn(self: Task[Any, Any], *args: Any, **kwargs: Any) -> str:
-    """Run one chat turn (SPEC.md, "The task")."""
+    """Run one chat turn (docs/contract.md, "The task")."""
     delivery = getattr(self.request, "delivery_info", None) or {}
     queue = delivery.get("routing_key") or INTERACTIVE_QUEUE
     if queue not in (INTERACTIVE_QUEUE, BATCH_QUEUE):

@@ -65,7 +65,7 @@ class LangGraphHandler(BaseAgentHandler):
                 self.session, user_message, images, reply_to, tools=tools, knowledge_bases=knowledge_bases
             )
             model = get_chat_model(model_name(self.session))
-            # Built once per invocation and handed to the nodes through the config (seed).
+            # Built once per invocation and handed to the nodes through the config, never per loop.
             llm = model.bind_tools(langchain_tools(tools)) if tools else model
             run = GraphRun()
             context = TurnContext(

@@ -28,7 +28,7 @@ class AgentState(TypedDict):
 
 @dataclass(frozen=True, kw_only=True)
 class TurnContext:
-    """What the handler builds once per invocation and every node reuses (seed: never rebuilt per loop).
+    """What the handler builds once per invocation and every node reuses (never rebuilt per loop).
 
     One object rather than loose keys: LangChain copies plain str/number configurable values into
     run metadata, and the system prompt does not belong in every trace event.

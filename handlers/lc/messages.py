@@ -1,4 +1,4 @@
-"""Payload <-> LangChain message normalisation, both ways (seed "Reactive agent architecture").
+"""Payload <-> LangChain message normalisation, both ways (what the reactive graph feeds the model and stores).
 
 A payload is chatq's framework-neutral message dict, as `handlers.history` returns and the
 database stores it: `{"role", "content", "tool_calls", "tool_call_id"}` with tool calls as

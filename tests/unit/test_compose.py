@@ -1,5 +1,7 @@
 """docker-compose.yml, Dockerfile and .env.example: the deployment contract, checked without Docker.
 
+Everything it reads is in this repository (the configuration table is docs/contract.md's).
+
 `docker compose config` runs too when a Docker client with the compose plugin works; the
 structural checks below run everywhere (CI clones have no Docker engine).
 """
@@ -18,23 +20,15 @@ import pytest
 import yaml
 
 from worker.config import Settings
+from worker.errors import ConfigError
+from worker.flower import flower_command
+from worker.gateway.command import refuse_placeholder_token
 
 ROOT = Path(__file__).resolve().parents[2]
-APP_SERVICES = ("migrate", "worker", "beat", "flower")
+APP_SERVICES = ("migrate", "worker", "beat", "flower", "gateway")
 SERVICES = ("redis", "postgres", *APP_SERVICES)
-
-# SPEC.md "Configuration" as of this writing; the live table is added when the spec sits beside the repo.
-SPEC_VARIABLES = {
-    "DATABASE_URL",
-    "REDIS_URL",
-    "CHATQ_MODEL",
-    "OPENAI_API_KEY",
-    "OPENAI_BASE_URL",
-    "CHATQ_TURN_TIMEOUT",
-    "CHATQ_MAX_CONTENT_CHARS",
-    "FLOWER_BASIC_AUTH",
-}
-SPEC_PATH = ROOT.parent / "shared" / "SPEC.md"
+CONTRACT = ROOT / "docs" / "contract.md"
+"""Its "Configuration" section lists every variable chatq reads."""
 
 _REFERENCE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::?[-?+][^}]*)?\}")
 _ONLY_REFERENCE = re.compile(rf"^{_REFERENCE.pattern}$")
@@ -128,7 +122,7 @@ def test_docker_compose_accepts_the_file(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_the_six_services_exist(services: dict[str, dict[str, Any]]) -> None:
+def test_the_services_exist(services: dict[str, dict[str, Any]]) -> None:
     assert set(SERVICES) <= set(services), f"missing: {set(SERVICES) - set(services)}"
     assert services["redis"]["image"].startswith("redis:7")
     assert services["postgres"]["image"].startswith("postgres:16")
@@ -142,7 +136,7 @@ def test_migrate_is_a_one_shot_db_upgrade(services: dict[str, dict[str, Any]]) -
     assert migrate["depends_on"]["postgres"]["condition"] == "service_healthy"
 
 
-@pytest.mark.parametrize("name", ["worker", "beat", "flower"])
+@pytest.mark.parametrize("name", ["worker", "beat", "flower", "gateway"])
 def test_app_services_start_after_the_migration(services: dict[str, dict[str, Any]], name: str) -> None:
     depends_on = services[name]["depends_on"]
     assert depends_on["migrate"]["condition"] == "service_completed_successfully"
@@ -156,6 +150,50 @@ def test_commands(services: dict[str, dict[str, Any]]) -> None:
     flower = _command(services["flower"])
     assert flower[0] == "flower" and "--port=5555" in flower
     assert any(str(port).endswith("5555:5555") for port in services["flower"]["ports"])
+    gateway = _command(services["gateway"])
+    assert gateway[0] == "serve" and "--unauthenticated" not in gateway
+    # Inside its container it must listen on all interfaces, or the published port reaches nothing.
+    assert gateway[gateway.index("--host") + 1] == "0.0.0.0"
+    assert any(str(port).endswith(f":{gateway[gateway.index('--port') + 1]}") for port in services["gateway"]["ports"])
+
+
+def _host_ip(port: Any) -> str:
+    """The host address a compose port mapping publishes on ("" for all interfaces)."""
+    if isinstance(port, dict):
+        return str(port.get("host_ip") or "")
+    parts = str(port).rsplit(":", 2)
+    return parts[0].strip("[]") if len(parts) == 3 else ""
+
+
+def test_published_ports_are_on_loopback_only(services: dict[str, dict[str, Any]]) -> None:
+    """Flower's basic auth and the gateway's bearer token travel in clear text: nothing is published
+    beyond this machine unless an operator changes it (behind a TLS proxy)."""
+    published = {name: service.get("ports") or [] for name, service in services.items()}
+    assert published["gateway"] and published["flower"]
+    for name, ports in published.items():
+        for port in ports:
+            assert _host_ip(port) in ("127.0.0.1", "::1"), f"{name} publishes {port!r} on every interface"
+
+
+def test_gateway_requires_its_token(services: dict[str, dict[str, Any]]) -> None:
+    token = _environment(services["gateway"]).get("CHATQ_API_TOKEN", "")
+    assert re.fullmatch(r"\$\{CHATQ_API_TOKEN:\?[^}]*\}", token), token
+
+
+def test_the_example_secrets_are_refused_as_they_are(env_example: dict[str, str]) -> None:
+    """`cp .env.example .env` without editing it must not give a gateway or a Flower anyone can use."""
+    with pytest.raises(ConfigError, match="placeholder"):
+        refuse_placeholder_token(env_example)
+    with pytest.raises(ConfigError, match="placeholder"):
+        flower_command(["--port=5555"], env_example)
+
+
+def test_readme_names_every_compose_service(services: dict[str, dict[str, Any]]) -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### docker compose", 1)[1].split("\n#", 1)[0]
+    missing = [name for name in services if f"`{name}`" not in section]
+    assert not missing, f"README's docker compose section does not name: {missing}"
+    assert "127.0.0.1:8000" in section, "README must say where the gateway is published"
 
 
 @pytest.mark.parametrize("name", ["redis", "postgres"])
@@ -243,13 +281,16 @@ def test_secrets_stay_out_of_git_and_the_image() -> None:
 
 
 def _documented_variables() -> set[str]:
-    names = set(SPEC_VARIABLES)
-    if SPEC_PATH.is_file():
-        section = SPEC_PATH.read_text().split("## Configuration", 1)[-1].split("\n## ", 1)[0]
-        names |= set(re.findall(r"`([A-Z][A-Z0-9_]+)`", section))
-    # Settings of worker/config.py beyond the SPEC table are documented there, one docstring each.
-    names |= set(re.findall(r'"(CHATQ_[A-Z0-9_]+)"', (ROOT / "worker" / "config.py").read_text()))
+    section = CONTRACT.read_text().split("\n## Configuration", 1)[1].split("\n## ", 1)[0]
+    names = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", section))
+    assert {"DATABASE_URL", "REDIS_URL", "CHATQ_MODEL", "FLOWER_BASIC_AUTH", "CHATQ_API_TOKEN"} <= names
     return names
+
+
+def test_the_contract_documents_every_setting() -> None:
+    """Every CHATQ_ variable worker/config.py reads is in docs/contract.md's configuration table."""
+    read = set(re.findall(r'"(CHATQ_[A-Z0-9_]+)"', (ROOT / "worker" / "config.py").read_text()))
+    assert read and read <= _documented_variables(), sorted(read - _documented_variables())
 
 
 def test_env_example_names_only_documented_variables(compose: dict[str, Any], env_example: dict[str, str]) -> None:

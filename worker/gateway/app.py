@@ -7,6 +7,7 @@ Postgres calls and the Celery send run in Starlette's thread pool; Redis is used
 from __future__ import annotations
 
 import contextlib
+import html
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -67,10 +68,36 @@ TURN_FIELDS = frozenset({"content", "images", "reply_to", "turn_id", "if_busy"})
 # ----------------------------------------------------------------------------------- endpoints
 
 
+FRAMEWORKS_MARK = b"<!-- frameworks -->"
+"""Where the page's framework <select> gets its options."""
+
+DEFAULT_FRAMEWORK = "langgraph"
+"""The framework of a session created without one (preselected on the page)."""
+
+FAVICON = (
+    b'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32">'
+    b'<rect width="32" height="32" rx="7" fill="#3b6fd8"/>'
+    b'<path d="M8 10h16v10H14l-5 4v-4H8z" fill="#fff"/></svg>'
+)
+"""The page's icon: a speech bubble, served so that browsers asking for one get no 404."""
+
+
+def framework_options() -> bytes:
+    """The page's framework choices, from the framework registry (a new framework shows up by itself)."""
+    from handlers import FRAMEWORK_CHOICES
+
+    options = [
+        f'<option value="{html.escape(value)}"{" selected" if value == DEFAULT_FRAMEWORK else ""}>'
+        f"{html.escape(label)}</option>"
+        for value, label in FRAMEWORK_CHOICES
+    ]
+    return "".join(options).encode("utf-8")
+
+
 async def page(request: Request) -> Response:
     gateway = gateway_of(request)
     return Response(
-        gateway.page,
+        gateway.page.replace(FRAMEWORKS_MARK, framework_options()),
         media_type="text/html",
         headers={
             "Content-Security-Policy": gateway.page_csp,
@@ -79,6 +106,10 @@ async def page(request: Request) -> Response:
             "Referrer-Policy": "no-referrer",
         },
     )
+
+
+async def favicon(request: Request) -> Response:
+    return Response(FAVICON, media_type="image/svg+xml", headers={"Cache-Control": "public, max-age=86400"})
 
 
 async def healthz(request: Request) -> Response:
@@ -162,7 +193,7 @@ async def create_session(request: Request) -> Response:
     gateway.authorize(request)
     data = await gateway.read_json(request)
     check_fields(data, SESSION_FIELDS)
-    framework = data.get("framework", "langgraph")
+    framework = data.get("framework", DEFAULT_FRAMEWORK)
     if not isinstance(framework, str):
         raise HTTPException(422, f"framework must be a string, got {type(framework).__name__}")
     metadata = data.get("metadata")
@@ -367,6 +398,8 @@ def create_app(settings: GatewaySettings) -> Starlette:
 
     routes = [
         Route("/", page, methods=["GET"], include_in_schema=False),
+        Route("/favicon.svg", favicon, methods=["GET"], include_in_schema=False),
+        Route("/favicon.ico", favicon, methods=["GET"], include_in_schema=False),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"], include_in_schema=False),

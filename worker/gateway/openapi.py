@@ -103,7 +103,7 @@ BASE_SCHEMA: dict[str, Any] = {
             },
             "EventStream": {
                 "description": (
-                    "Server-Sent Events. Each message's `data:` is one stream event (SPEC.md, Stream events); "
+                    "Server-Sent Events. Each message's `data:` is one stream event (docs/contract.md, Stream events); "
                     "comment lines (`: keepalive`) come every CHATQ_SSE_HEARTBEAT seconds on an idle stream."
                 ),
                 "content": {"text/event-stream": {"schema": {"type": "string"}, "example": EVENT_EXAMPLE}},

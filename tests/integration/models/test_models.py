@@ -17,7 +17,7 @@ from tests.support.services import fresh_database
 
 TABLES = {"chat_sessions", "turns", "chat_messages"}
 
-# The columns SPEC.md ("Data") names; implementers may add more.
+# The public columns docs/contract.md ("Data") names; tables may have more.
 SPEC_COLUMNS = {
     "chat_sessions": {"id", "agent_framework", "model", "system_prompt", "metadata", "created_at"},
     "turns": {

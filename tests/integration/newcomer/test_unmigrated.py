@@ -1,0 +1,59 @@
+"""A database nobody ran `chatq db upgrade` on: the CLI, `chatq worker` and `chatq serve` say so in one line."""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.cli import chatq
+from tests.support.services import fresh_database
+
+
+@pytest.fixture
+def unmigrated(chatq_env: dict[str, str]) -> Iterator[dict[str, str]]:
+    with fresh_database("chatq_unmigrated", migrate=False) as url:
+        yield {**chatq_env, "DATABASE_URL": url}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+HINT = re.compile(r"^chatq: error: the database at \S+ has no chatq tables yet: run `chatq db upgrade`\n$")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("session", "create"),
+        ("usage",),
+        ("worker",),
+        ("serve", "--unauthenticated", "--port", "0"),
+    ],
+    ids=["session-create", "usage", "worker", "serve"],
+)
+def test_says_to_run_db_upgrade(unmigrated: dict[str, str], command: tuple[str, ...]) -> None:
+    if command[0] == "serve":
+        command = (*command[:-1], str(_free_port()))
+    result = chatq(unmigrated, *command, timeout=60)
+    assert result.returncode == 1
+    assert HINT.match(result.stderr), result.stderr
+    assert "chatq_unmigrated" in result.stderr  # which database, so the user upgrades the right one
+
+
+def test_after_db_upgrade_the_same_command_works(unmigrated: dict[str, str]) -> None:
+    assert chatq(unmigrated, "db", "upgrade").returncode == 0
+    created = chatq(unmigrated, "session", "create", "--framework", "none")
+    assert created.returncode == 0, created.stderr
+
+
+def test_worker_help_needs_no_database(unmigrated: dict[str, str]) -> None:
+    result = chatq(unmigrated, "worker", "--help", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "--concurrency" in result.stdout

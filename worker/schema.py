@@ -1,0 +1,60 @@
+"""Whether the database has chatq's tables: a database nobody migrated gets one clear hint.
+
+Without it a user sees Postgres's own `relation "chat_sessions" does not exist`. The CLI, `chatq
+worker` and `chatq serve` recognise that error here and say to run `chatq db upgrade` instead.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import NullPool
+
+from worker.config import get_settings
+from worker.errors import SchemaMissing
+
+UNDEFINED_TABLE = "42P01"
+"""Postgres's SQLSTATE for a missing table (psycopg's `errors.UndefinedTable`)."""
+
+CONNECT_TIMEOUT = 3
+"""Seconds the start-up check waits for Postgres before leaving the question to later."""
+
+
+def is_undefined_table(exc: BaseException) -> bool:
+    """True when `exc` (a SQLAlchemy error or the psycopg error it wraps, or what caused it) is a missing table."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if getattr(current, "sqlstate", None) == UNDEFINED_TABLE:
+            return True
+        orig = getattr(current, "orig", None)
+        if isinstance(orig, BaseException) and getattr(orig, "sqlstate", None) == UNDEFINED_TABLE:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def schema_missing(database_url_masked: str | None = None) -> SchemaMissing:
+    """The error to show for a database without chatq's tables."""
+    where = database_url_masked or get_settings().database_url_masked
+    return SchemaMissing(f"the database at {where} has no chatq tables yet: run `chatq db upgrade`")
+
+
+def require_schema() -> None:
+    """Raise SchemaMissing if Postgres answers and has no chatq tables.
+
+    A Postgres that does not answer (or any other error) is not this check's business: workers
+    and the gateway start anyway and reconnect once it is back, as they always have.
+    """
+    settings = get_settings()
+    engine = create_engine(settings.database_url, poolclass=NullPool, connect_args={"connect_timeout": CONNECT_TIMEOUT})
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1 FROM chat_sessions LIMIT 0"))
+    except DBAPIError as exc:
+        # Anything else (Postgres down, a permission problem) shows where it happens, as before.
+        if is_undefined_table(exc):
+            raise schema_missing(settings.database_url_masked) from None
+    finally:
+        engine.dispose()
