@@ -16,6 +16,7 @@ import ast
 import logging
 import math
 import operator
+import re
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -302,16 +303,31 @@ def _calculator(expression: str) -> str:
 # --- current_time ----------------------------------------------------------------------------
 
 
+MAX_TIMEZONE_CHARS = 64
+"""Longer than any IANA time zone name (the longest are about 30 characters)."""
+
+_TIMEZONE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*")
+"""The shape of an IANA name ("America/Argentina/Buenos_Aires", "Etc/GMT+5"): no dots, no empty parts."""
+
+
 def current_time(timezone: str = "UTC") -> str:
-    """The current time in `timezone` (an IANA name such as "Europe/Paris"), ISO 8601."""
+    """The current time in `timezone` (an IANA name such as "Europe/Paris"), ISO 8601.
+
+    The name is checked before it reaches `zoneinfo`, which turns it into a file path: an odd name
+    gets "unknown time zone", never an operating-system error that would show the model a path.
+    """
     if not isinstance(timezone, str) or not timezone.strip():
         raise ValueError("timezone must be an IANA time zone name such as 'UTC' or 'Europe/Paris'")
     name = timezone.strip()
     if name.upper() in ("UTC", "Z", "GMT"):
         return datetime.now(UTC).isoformat(timespec="seconds")
+    if len(name) > MAX_TIMEZONE_CHARS:
+        raise ValueError(f"unknown time zone: names are at most {MAX_TIMEZONE_CHARS} characters, like 'Europe/Paris'")
+    if not _TIMEZONE_NAME.fullmatch(name):
+        raise ValueError(f"unknown time zone {name!r}; use an IANA name such as 'Europe/Paris'")
     try:
         zone = ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         raise ValueError(f"unknown time zone {name!r}") from None
     return datetime.now(zone).isoformat(timespec="seconds")
 
