@@ -80,7 +80,7 @@ def test_a_message_without_turn_id_uses_the_task_id() -> None:
     # celery-node's `applyAsync([], {session_id, content})`: the task id is the turn id by contract.
     request = parse_turn_request({"session_id": SESSION, "content": "hi"}, task_id=TURN, settings=SETTINGS)
     assert str(request.turn_id) == TURN
-    with pytest.raises(InvalidTurn, match="the task id .* is not a valid UUID"):
+    with pytest.raises(InvalidTurn, match=r"the task id .* is not a valid UUID"):
         parse_turn_request({"session_id": SESSION, "content": "hi"}, task_id="not-a-uuid", settings=SETTINGS)
     with pytest.raises(InvalidTurn, match="missing field"):
         parse_turn_request({"session_id": SESSION, "content": "hi"}, settings=SETTINGS)

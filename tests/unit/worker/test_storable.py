@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import psycopg
-import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError, ProgrammingError
 
@@ -50,5 +49,6 @@ def test_a_refusal_is_one_line_without_the_data() -> None:
         'invalid input syntax for type json\nDETAIL:  Token "NaN" is invalid.\nCONTEXT:  JSON data, line 1: [{"secret'
     )
     message = refusal_message(_wrapped(DataError, orig), "the reply")
-    assert message == "Postgres could not store the reply (InvalidTextRepresentation: invalid input syntax for type json)"
+    expected = "Postgres could not store the reply (InvalidTextRepresentation: invalid input syntax for type json)"
+    assert message == expected
     assert "secret" not in message
