@@ -141,7 +141,7 @@ _FAST_CLAIM = text(
     JOIN relaxed ON true
     JOIN chat_messages m ON m.turn_id = claimed.id AND m.role = 'user'
     """
-)
+).bindparams(bindparam("session_id", value=None))  # no session given: any session
 
 
 def claim_turn(turn_id: uuid.UUID, *, worker: str, session_id: uuid.UUID | None = None) -> ClaimResult:
