@@ -155,7 +155,8 @@ def run_tool(name: str, args: Mapping[str, Any] | None, *, context: ToolContext 
         text = output if isinstance(output, str) else str(output)
     except Exception as exc:
         logger.info("tool %s failed: %s", name, type(exc).__name__)
-        return truncate_output(f"Error: {_describe(exc)}")
+        # The model reads it and the turn stores it: an exception's text may hold a secret.
+        return truncate_output(f"Error: {mask_secrets(_describe(exc))}")
     return truncate_output(text)
 
 
