@@ -16,6 +16,7 @@ import ast
 import logging
 import math
 import operator
+import re
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -154,7 +155,8 @@ def run_tool(name: str, args: Mapping[str, Any] | None, *, context: ToolContext 
         text = output if isinstance(output, str) else str(output)
     except Exception as exc:
         logger.info("tool %s failed: %s", name, type(exc).__name__)
-        return truncate_output(f"Error: {_describe(exc)}")
+        # The model reads it and the turn stores it: an exception's text may hold a secret.
+        return truncate_output(f"Error: {mask_secrets(_describe(exc))}")
     return truncate_output(text)
 
 
@@ -302,16 +304,31 @@ def _calculator(expression: str) -> str:
 # --- current_time ----------------------------------------------------------------------------
 
 
+MAX_TIMEZONE_CHARS = 64
+"""Longer than any IANA time zone name (the longest are about 30 characters)."""
+
+_TIMEZONE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*")
+"""The shape of an IANA name ("America/Argentina/Buenos_Aires", "Etc/GMT+5"): no dots, no empty parts."""
+
+
 def current_time(timezone: str = "UTC") -> str:
-    """The current time in `timezone` (an IANA name such as "Europe/Paris"), ISO 8601."""
+    """The current time in `timezone` (an IANA name such as "Europe/Paris"), ISO 8601.
+
+    The name is checked before it reaches `zoneinfo`, which turns it into a file path: an odd name
+    gets "unknown time zone", never an operating-system error that would show the model a path.
+    """
     if not isinstance(timezone, str) or not timezone.strip():
         raise ValueError("timezone must be an IANA time zone name such as 'UTC' or 'Europe/Paris'")
     name = timezone.strip()
     if name.upper() in ("UTC", "Z", "GMT"):
         return datetime.now(UTC).isoformat(timespec="seconds")
+    if len(name) > MAX_TIMEZONE_CHARS:
+        raise ValueError(f"unknown time zone: names are at most {MAX_TIMEZONE_CHARS} characters, like 'Europe/Paris'")
+    if not _TIMEZONE_NAME.fullmatch(name):
+        raise ValueError(f"unknown time zone {name!r}; use an IANA name such as 'Europe/Paris'")
     try:
         zone = ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         raise ValueError(f"unknown time zone {name!r}") from None
     return datetime.now(zone).isoformat(timespec="seconds")
 

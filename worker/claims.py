@@ -23,7 +23,7 @@ from models.db import autocommit_scope, connection_scope, session_scope
 from models.tables import ACTIVE_STATUSES, MESSAGE_POSITION_STRIDE, ChatMessage, Turn, TurnStatus
 from worker.config import get_settings
 from worker.errors import InvalidTurn
-from worker.payload import task_message
+from worker.payload import session_conflict, task_message
 from worker.turns import NextTurn, lock_session, next_in, session_info
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,7 @@ class ClaimStatus(enum.StrEnum):
     BLOCKED = "blocked"
     POISONED = "poisoned"
     CANCELLED = "cancelled"
+    CONFLICT = "conflict"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,7 +89,7 @@ class ClaimResult:
     retry_after: float | None = None
     """For BUSY: seconds until the current lease runs out."""
     error: str | None = None
-    """For POISONED: the error stored on the turn."""
+    """For POISONED: the error stored on the turn; for CONFLICT: what conflicts."""
     attempt: int = 0
     """For POISONED and CANCELLED: the turn's attempts so far."""
 
@@ -117,6 +118,7 @@ _FAST_CLAIM = text(
         FROM locked
         WHERE t.id = :turn_id
           AND t.session_id = locked.id
+          AND t.session_id = coalesce(CAST(:session_id AS uuid), t.session_id)
           AND t.status = 'queued'
           AND NOT t.cancel_requested
           AND t.deliveries < :max_deliveries
@@ -139,11 +141,15 @@ _FAST_CLAIM = text(
     JOIN relaxed ON true
     JOIN chat_messages m ON m.turn_id = claimed.id AND m.role = 'user'
     """
-)
+).bindparams(bindparam("session_id", value=None))  # no session given: any session
 
 
-def claim_turn(turn_id: uuid.UUID, *, worker: str) -> ClaimResult:
-    """Take a turn for running, if it is this turn's go. See the module docstring."""
+def claim_turn(turn_id: uuid.UUID, *, worker: str, session_id: uuid.UUID | None = None) -> ClaimResult:
+    """Take a turn for running, if it is this turn's go. See the module docstring.
+
+    With `session_id` (the session a message names), a turn stored in another session is not
+    claimed: the result is CONFLICT and the turn is left as it is.
+    """
     settings = get_settings()
     token = uuid.uuid4()
     # One statement: atomic on its own, so no transaction around it. Its commit is asynchronous
@@ -156,6 +162,7 @@ def claim_turn(turn_id: uuid.UUID, *, worker: str) -> ClaimResult:
                 _FAST_CLAIM,
                 {
                     "turn_id": turn_id,
+                    "session_id": session_id,
                     "token": token,
                     "lease_seconds": settings.lease_seconds,
                     "worker": worker[:255],
@@ -187,16 +194,19 @@ def claim_turn(turn_id: uuid.UUID, *, worker: str) -> ClaimResult:
             queue=row["queue"],
         )
         return ClaimResult(status=ClaimStatus.CLAIMED, claim=claim)
-    return _claim_slow(turn_id, worker=worker)
+    return _claim_slow(turn_id, worker=worker, expected_session=session_id)
 
 
-def _claim_slow(turn_id: uuid.UUID, *, worker: str) -> ClaimResult:
+def _claim_slow(turn_id: uuid.UUID, *, worker: str, expected_session: uuid.UUID | None = None) -> ClaimResult:
     """The claim with every case spelled out (see `_FAST_CLAIM`)."""
     settings = get_settings()
     with session_scope() as db:
         session_id = db.execute(select(Turn.session_id).where(Turn.id == turn_id)).scalar_one_or_none()
         if session_id is None:
             return ClaimResult(status=ClaimStatus.NOT_FOUND)
+        if expected_session is not None and session_id != expected_session:
+            conflict = session_conflict(turn_id, stored_session=session_id, given_session=expected_session)
+            return ClaimResult(status=ClaimStatus.CONFLICT, error=conflict)
         # Serialise claims per session: two turns of a session can never both pass the check below.
         session_row = lock_session(db, session_id)
         turn = db.execute(select(Turn).where(Turn.id == turn_id).with_for_update()).scalar_one()

@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from worker.errors import ConfigError
 
@@ -67,6 +67,10 @@ class Settings:
     """Tool results longer than this are cut before they reach the model (`CHATQ_MAX_TOOL_OUTPUT_CHARS`)."""
     plugins: tuple[str, ...] = ()
     """Modules a worker imports at start to register tools or frameworks (`CHATQ_PLUGINS`, comma-separated)."""
+    metrics_port: int | None = None
+    """Port of each worker's Prometheus endpoint (`CHATQ_METRICS_PORT`; off when unset)."""
+    metrics_addr: str = "127.0.0.1"
+    """Address the metrics endpoint listens on (`CHATQ_METRICS_ADDR`): this machine only unless set."""
 
     @property
     def redis_url_masked(self) -> str:
@@ -93,10 +97,53 @@ def mask_url(url: str) -> str:
 
 _SECRET_IN_URL = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]+)@")
 
+SECRET_VARIABLES = (
+    "OPENAI_API_KEY",
+    "CHATQ_API_TOKEN",
+    "FLOWER_BASIC_AUTH",
+    "DATABASE_URL",
+    "REDIS_URL",
+    "OPENAI_BASE_URL",
+)
+"""Variables holding secrets (or URLs with passwords) whose values `mask_secrets` hides wherever they appear."""
+
+MIN_MASKED_CHARS = 4
+"""Shorter secret values are not searched for: they would mask ordinary words and protect nothing."""
+
+
+def secret_values(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The secret values configured in `env`: the API key, gateway tokens, Flower and URL passwords."""
+    values: list[str] = []
+    for name in ("OPENAI_API_KEY", "CHATQ_API_TOKEN"):
+        values.extend(part.strip() for part in (env.get(name) or "").split(","))
+    for entry in (env.get("FLOWER_BASIC_AUTH") or "").split(","):
+        values.append(entry.partition(":")[2].strip())
+    for name in ("DATABASE_URL", "REDIS_URL", "OPENAI_BASE_URL"):
+        try:
+            password = urlsplit((env.get(name) or "").strip()).password
+        except ValueError:
+            continue
+        if password:
+            values.extend((password, unquote(password)))
+    return tuple(sorted({v for v in values if len(v) >= MIN_MASKED_CHARS}, key=len, reverse=True))
+
+
+@functools.lru_cache(maxsize=8)
+def _secret_pattern(raw: tuple[str | None, ...]) -> re.Pattern[str] | None:
+    values = secret_values(dict(zip(SECRET_VARIABLES, (v or "" for v in raw), strict=True)))
+    return re.compile("|".join(re.escape(value) for value in values)) if values else None
+
 
 def mask_secrets(text: str) -> str:
-    """Mask passwords of every URL inside free text (log lines, error messages)."""
-    return _SECRET_IN_URL.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
+    """Mask URL passwords and every configured secret value (`SECRET_VARIABLES`) inside free text.
+
+    For log lines, error messages and events: a model server that echoes the API key in its error
+    body must not put the key in a log or in front of a user. The environment is read on each call
+    (a few dictionary lookups) and the pattern is built once per set of values.
+    """
+    text = _SECRET_IN_URL.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
+    pattern = _secret_pattern(tuple(os.environ.get(name) for name in SECRET_VARIABLES))
+    return text if pattern is None else pattern.sub("***", text)
 
 
 def env_float(
@@ -186,8 +233,28 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         worker_concurrency=env_int(env, "CHATQ_WORKER_CONCURRENCY", 32, minimum=1),
         max_tool_output_chars=env_int(env, "CHATQ_MAX_TOOL_OUTPUT_CHARS", 20_000, minimum=100),
         plugins=_modules(env, "CHATQ_PLUGINS"),
+        metrics_port=_port(env, "CHATQ_METRICS_PORT"),
+        metrics_addr=_address(env, "CHATQ_METRICS_ADDR", "127.0.0.1"),
     )
     return settings
+
+
+def _port(env: Mapping[str, str], name: str) -> int | None:
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or not 0 < int(raw) < 65536:
+        raise ConfigError(f"{name} must be a port number from 1 to 65535, got {raw!r}")
+    return int(raw)
+
+
+def _address(env: Mapping[str, str], name: str, default: str) -> str:
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    if not re.fullmatch(r"[A-Za-z0-9.:_-]+", raw.strip("[]")):
+        raise ConfigError(f"{name} must be an IP address or host name such as 127.0.0.1 or 0.0.0.0, got {raw!r}")
+    return raw.strip("[]")
 
 
 @functools.cache

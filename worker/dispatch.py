@@ -60,12 +60,17 @@ def send_turn(message: Mapping[str, Any], *, queue: str, countdown: float | None
 
 
 def send_turns(messages: Sequence[Mapping[str, Any]], *, queue: str, countdown: float | None = None) -> int:
-    """Send many turns' messages over one pooled producer, then mark them all in one pipeline.
+    """Mark many turns' messages in one pipeline, then send them over one pooled producer.
 
-    Returns how many were sent; the rest stay `queued` in Postgres for the sweeper.
+    Returns how many were sent; the rest stay `queued` in Postgres for the sweeper. The markers go
+    first: a worker drops a marker when it takes the message, and one set after the send could land
+    after that and outlive the finished turn (for its whole TTL). Markers of messages that could
+    not be sent are dropped again.
     """
     from worker.app import app
 
+    turn_ids = [str(message["turn_id"]) for message in messages]
+    _set_markers(turn_ids)
     sent: list[str] = []
     with app.producer_or_acquire() as producer:
         for message in messages:
@@ -92,13 +97,23 @@ def send_turns(messages: Sequence[Mapping[str, Any]], *, queue: str, countdown: 
                 )
                 continue
             sent.append(str(message["turn_id"]))
-    # Without a marker the sweeper may later send a harmless duplicate.
+    unsent = set(turn_ids).difference(sent)
+    if unsent:
+        with contextlib.suppress(RedisError):
+            get_redis().delete(*(sent_marker(turn_id) for turn_id in unsent))
+    return len(sent)
+
+
+def _set_markers(turn_ids: Sequence[str]) -> None:
+    """Mark messages as waiting in the queue (best effort: without a marker the sweeper may later
+    send a harmless duplicate)."""
+    if not turn_ids:
+        return
     with contextlib.suppress(RedisError):
         pipe = get_redis().pipeline(transaction=False)
-        for turn_id in sent:
+        for turn_id in turn_ids:
             pipe.set(sent_marker(turn_id), "1", ex=SENT_MARKER_TTL)
         pipe.execute()
-    return len(sent)
 
 
 def send_next(nxt: NextTurn | None) -> None:

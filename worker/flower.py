@@ -7,6 +7,12 @@ to run it open is `--unauthenticated` (our flag) on a loopback address.
 
 Task arguments never show user content: the producer sends `kwargsrepr` with ids and sizes only
 (worker/dispatch.py), and that repr is what Flower displays.
+
+Flower exempts `/metrics` (and `/healthcheck`) from its authentication by design. `chatq flower`
+runs Flower through this module (`python -m worker.flower`), which first makes `/metrics` ask for
+the same credentials as every other page (`require_auth_for_metrics`, the one reach into Flower's
+internals), so a Prometheus scraping it sends the basic-auth user and password. `/healthcheck`
+stays open for container health checks; it answers "OK" and nothing else.
 """
 
 from __future__ import annotations
@@ -111,7 +117,7 @@ def flower_command(extra_args: Sequence[str], env: Mapping[str, str]) -> tuple[l
         for name, value in DEFAULT_OPTIONS.items()
         if name not in seen and f"FLOWER_{name.upper()}" not in env
     ]
-    command = [sys.executable, "-m", "celery", "-A", "worker.app:app", "flower", *defaults, *args]
+    command = [sys.executable, "-m", "worker.flower", "-A", "worker.app:app", "flower", *defaults, *args]
     return command, env_out
 
 
@@ -161,4 +167,42 @@ def cmd_flower(args: argparse.Namespace, extra: list[str]) -> int:
     run_flower(extra)
 
 
-__all__ = ["cmd_flower", "flower_command", "run_flower"]
+def require_auth_for_metrics() -> bool:
+    """Make Flower's `/metrics` require Flower's authentication, as its other pages do; False if not possible.
+
+    Written for Flower 2.2 (`flower.views.monitor.Metrics.get`, served without Tornado's
+    `authenticated` decorator that guards the other pages). The same public Tornado decorator is
+    applied to it; with basic auth a request without the credentials gets 401, without any auth
+    configured (`--unauthenticated` on loopback) nothing changes. If a later Flower moves the
+    handler, Flower runs as it ships and `run_celery_flower` says that `/metrics` is open.
+    """
+    try:
+        from flower.views.monitor import Metrics
+        from tornado.web import authenticated
+    except ImportError:
+        return False
+    get = vars(Metrics).get("get")
+    if get is None or not callable(get):
+        return False
+    if not getattr(get, "_chatq_authenticated", False):
+        guarded = authenticated(get)
+        guarded._chatq_authenticated = True  # type: ignore[attr-defined]
+        Metrics.get = guarded
+    return True
+
+
+def run_celery_flower(argv: Sequence[str]) -> int:
+    """`celery [argv]` (the Flower command line of `flower_command`) with `/metrics` behind Flower's auth."""
+    if not require_auth_for_metrics():
+        sys.stderr.write("chatq flower: this Flower serves /metrics without authentication; keep it on loopback\n")
+    from celery.bin.celery import main
+
+    sys.argv = ["celery", *argv]
+    return main()
+
+
+__all__ = ["cmd_flower", "flower_command", "require_auth_for_metrics", "run_celery_flower", "run_flower"]
+
+
+if __name__ == "__main__":
+    sys.exit(run_celery_flower(sys.argv[1:]))

@@ -2,7 +2,8 @@
 
 `CHATQ_LOG_FORMAT` = `auto` (default: JSON unless stderr is a terminal), `json` or `text`.
 Every record gets the `turn_id`, `session_id` and `attempt` of the turn the thread is running
-(a context variable set by the runner), and any URL password in the rendered line is masked.
+(a context variable set by the runner), and secrets in the rendered line and in tracebacks are
+masked (`worker.config.mask_secrets`: URL passwords and the configured secret values).
 """
 
 from __future__ import annotations
@@ -51,7 +52,15 @@ class TurnContextFilter(logging.Filter):
         masked = mask_secrets(rendered)
         if masked != rendered:
             record.msg, record.args = masked, None
+        if record.exc_info and not record.exc_text:
+            # Formatters reuse `exc_text`: a traceback's exception text may carry a secret too.
+            record.exc_text = mask_secrets(_TRACEBACKS.formatException(record.exc_info))
+        if record.stack_info:
+            record.stack_info = mask_secrets(record.stack_info)
         return True
+
+
+_TRACEBACKS = logging.Formatter()
 
 
 class JsonFormatter(logging.Formatter):
@@ -103,9 +112,14 @@ def use_json(stream: Any = None) -> bool:
 
 def configure_handlers(logger: logging.Logger) -> None:
     """Install chatq's filter (and the JSON formatter when wanted) on a logger's handlers."""
-    json_lines = use_json()
+    configure_filters(logger)
+    if use_json():
+        for handler in logger.handlers:
+            handler.setFormatter(JsonFormatter())
+
+
+def configure_filters(logger: logging.Logger) -> None:
+    """Install chatq's filter (turn context, secrets masked) on a logger's handlers, once."""
     for handler in logger.handlers:
         if not any(isinstance(f, TurnContextFilter) for f in handler.filters):
             handler.addFilter(TurnContextFilter())
-        if json_lines:
-            handler.setFormatter(JsonFormatter())

@@ -1,6 +1,7 @@
 """Prometheus metrics Flower cannot know: turn outcomes, latencies, tokens, retries, the sweeper, queues.
 
-A worker serves them on `CHATQ_METRICS_PORT` (off when unset) at `/metrics`. The worker runs
+A worker serves them on `CHATQ_METRICS_PORT` (off when unset) at `/metrics`, on 127.0.0.1 unless
+`CHATQ_METRICS_ADDR` says otherwise (the endpoint has no authentication). The worker runs
 turns on threads in one process, so plain process-local metrics are exact; with `--pool prefork`
 each child would count alone, which is one more reason chatq defaults to threads.
 
@@ -74,13 +75,19 @@ _started: dict[str, Any] = {}
 _lock = threading.Lock()
 
 
-def serve_metrics(port: int | None = None, addr: str = "0.0.0.0") -> int | None:
-    """Start the /metrics endpoint once per process (CHATQ_METRICS_PORT); returns the port or None."""
+def serve_metrics(port: int | None = None, addr: str | None = None) -> int | None:
+    """Start the /metrics endpoint once per process (CHATQ_METRICS_PORT); returns the port or None.
+
+    It has no authentication, so it listens on CHATQ_METRICS_ADDR, 127.0.0.1 unless set: exposing
+    it (0.0.0.0 for a Prometheus on another host or container) is the operator's explicit choice.
+    """
+    from worker.config import get_settings
+
+    settings = get_settings()
+    port = settings.metrics_port if port is None else port
     if port is None:
-        raw = os.environ.get("CHATQ_METRICS_PORT", "").strip()
-        if not raw:
-            return None
-        port = int(raw)
+        return None
+    addr = settings.metrics_addr if addr is None else addr
     with _lock:
         if _started.get("pid") == os.getpid():
             return int(_started["port"])

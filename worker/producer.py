@@ -28,10 +28,15 @@ from worker.payload import (
     INTERACTIVE_QUEUE,
     QUEUES,
     TurnRequest,
+    check_text,
     parse_uuid,
+    session_conflict,
     validate_content,
     validate_images,
+    validate_metadata,
+    validate_model,
     validate_reply_to,
+    validate_system_prompt,
 )
 
 log = logging.getLogger(__name__)
@@ -81,11 +86,13 @@ def create_session(
     """Create a chat session and return its id; `knowledge_bases` (names) are attached in the same transaction."""
     if framework not in FRAMEWORKS:
         raise InvalidTurn(f"unknown agent framework {framework!r}; choose one of: {', '.join(FRAMEWORKS)}")
-    model = (model or "").strip() or get_settings().default_model
-    if len(model) > 200:
-        raise InvalidTurn("model name is longer than 200 characters")
-    if system_prompt is not None and len(system_prompt) > get_settings().max_content_chars:
-        raise InvalidTurn("system prompt is over CHATQ_MAX_CONTENT_CHARS")
+    settings = get_settings()
+    model = validate_model(model, settings.default_model)
+    system_prompt = validate_system_prompt(system_prompt, settings)
+    stored_metadata = validate_metadata(metadata)
+    for name in knowledge_bases:
+        if isinstance(name, str):
+            check_text(name, "knowledge base name")
     new_id = session_id or uuid.uuid4()
     with session_scope() as db:
         db.add(
@@ -94,7 +101,7 @@ def create_session(
                 agent_framework=framework,
                 model=model,
                 system_prompt=system_prompt,
-                metadata_=metadata or {},
+                metadata_=stored_metadata,
             )
         )
         if knowledge_bases:
@@ -178,8 +185,12 @@ def _resubmission(request: TurnRequest) -> SubmittedTurn:
         user = db.execute(
             select(ChatMessage.content).where(ChatMessage.turn_id == request.turn_id, ChatMessage.role == "user")
         ).scalar_one_or_none()
-    if existing is None or existing.session_id != request.session_id or user != request.content:
-        raise TurnConflict(f"turn {request.turn_id} already exists with a different session or content")
+    if existing is not None and existing.session_id != request.session_id:
+        raise TurnConflict(
+            session_conflict(request.turn_id, stored_session=existing.session_id, given_session=request.session_id)
+        )
+    if existing is None or user != request.content:
+        raise TurnConflict(f"turn {request.turn_id} already exists with different content; use a new id")
     return SubmittedTurn(
         turn_id=existing.id, session_id=existing.session_id, position=existing.position, created=False, sent=False
     )

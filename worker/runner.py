@@ -7,15 +7,14 @@ can decide on a Celery retry, and it can be called and tested without a worker.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import logging
+import math
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-
-from redis import RedisError
-from sqlalchemy.exc import DBAPIError
 
 from handlers.base import AgentMessage, StreamEvent, StreamEventKind, Usage
 from handlers.context import running_turn
@@ -29,6 +28,7 @@ from worker.events import EventType, TextCoalescer, TurnEvents
 from worker.leases import TurnLease, get_lease_keeper, handing_back
 from worker.logs import set_attempt, turn_context
 from worker.payload import TurnRequest
+from worker.storable import INTEGER_MAX, clean_json, clean_text, is_outage, is_refusal, refusal_message
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +59,19 @@ class Result:
 
 
 def execute_turn(request: TurnRequest, *, queue: str, worker: str) -> Result:
-    """Run one delivery of a turn end to end; infrastructure errors propagate to the caller."""
+    """Run one delivery of a turn end to end; outages (`worker.storable.is_outage`) propagate to the caller.
+
+    Data Postgres refuses is never an outage: a claimed turn fails at once (`_run_claimed`), and a
+    message refused before its claim is rejected here, with nothing stored.
+    """
     with turn_context(turn_id=request.turn_id, session_id=request.session_id):
-        return _execute(request, queue=queue, worker=worker)
+        try:
+            return _execute(request, queue=queue, worker=worker)
+        except Exception as exc:
+            if not is_refusal(exc):
+                raise
+            reject(request.turn_id, request.session_id, refusal_message(exc, "the turn"))
+            return Result(outcome=Outcome.FAILED)
 
 
 def _execute(request: TurnRequest, *, queue: str, worker: str) -> Result:
@@ -70,15 +80,20 @@ def _execute(request: TurnRequest, *, queue: str, worker: str) -> Result:
         # A message taken just as the worker began shutting down: pass it on untouched.
         send_turn(request.to_message(), queue=queue)
         return Result(outcome=Outcome.HANDED_BACK)
-    claimed = claims.claim_turn(request.turn_id, worker=worker)
+    claimed = claims.claim_turn(request.turn_id, worker=worker, session_id=request.session_id)
     if claimed.status is claims.ClaimStatus.NOT_FOUND:
         try:
             turns.ensure_turn(request, queue=queue)
         except InvalidTurn as exc:
             reject(request.turn_id, request.session_id, exc.message)
             return Result(outcome=Outcome.FAILED)
-        claimed = claims.claim_turn(request.turn_id, worker=worker)
+        claimed = claims.claim_turn(request.turn_id, worker=worker, session_id=request.session_id)
     status = claimed.status
+    if status is claims.ClaimStatus.CONFLICT:
+        # The turn belongs to another session: its own messages and events go on untouched, so
+        # this message is refused with a log line only (its replay stream is the other turn's).
+        log.warning("turn %s session %s: rejected: %s", request.turn_id, request.session_id, claimed.error)
+        return Result(outcome=Outcome.FAILED)
     if status is claims.ClaimStatus.BUSY:
         log.info("turn %s: running elsewhere, checking again in %.1fs", request.turn_id, claimed.retry_after or 0)
         return Result(outcome=Outcome.BUSY, retry_after=(claimed.retry_after or 0) + 0.5)
@@ -154,21 +169,33 @@ def _run_claimed(claim: claims.Claim) -> Result:
         return handle_agent_failure(claim, events, exc)
     except (UnknownFramework, InvalidTurn, HandlerError) as exc:
         return fail(claim, events, exc.message)
-    except (DBAPIError, RedisError):
-        # Infrastructure: give the turn back if the database lets us (else its lease runs out),
-        # and let the task retry the delivery.
-        with contextlib.suppress(Exception):
-            if claims.requeue_turn(claim, hand_back=True):
-                events.publish(EventType.RETRY, claim.attempt, error="a service restarted; starting over")
-        raise
-    except Exception:
+    except Exception as exc:
+        if is_outage(exc):
+            # Infrastructure: give the turn back if the database lets us (else its lease runs out),
+            # and let the task retry the delivery.
+            with contextlib.suppress(Exception):
+                if claims.requeue_turn(claim, hand_back=True):
+                    events.publish(EventType.RETRY, claim.attempt, error="a service restarted; starting over")
+            raise
+        if is_refusal(exc):
+            # Postgres refused a value the turn needed: the same data fails the same way every time.
+            return fail(claim, events, refusal_message(exc, "what the turn needed"))
         # A handler broke its contract (it must raise AgentInvocationError): fail the turn now
         # rather than leave it running until its lease runs out, and keep the traceback in the log.
         log.exception("turn %s session %s: the handler raised an unexpected error", claim.turn_id, claim.session.id)
         return fail(claim, events, "the agent failed unexpectedly (internal error)")
     finally:
         keeper.unregister(lease)
-    completed = claims.complete_turn(claim, messages, usage)
+    try:
+        completed = claims.complete_turn(claim, messages, usage)
+    except InvalidTurn as exc:
+        return fail(claim, events, exc.message)
+    except Exception as exc:
+        if not is_refusal(exc):
+            raise
+        # Not an outage: a retry (or another worker taking the turn over) would run the handler
+        # again only to be refused again, so the turn fails now, once.
+        return fail(claim, events, refusal_message(exc, "the reply"))
     if not completed.stored:
         log.warning("turn %s: lease lost before the reply was stored; another attempt owns it", claim.turn_id)
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
@@ -264,17 +291,40 @@ def hand_back(claim: claims.Claim, events: TurnEvents) -> Result:
 
 
 def validate_reply(messages: object, usage: object) -> tuple[list[AgentMessage], Usage]:
-    """Hold handlers to the contract: a non-empty list of AgentMessage and integer usage."""
+    """Hold handlers to the contract: a non-empty list of AgentMessage and integer usage.
+
+    What the model returned is made storable: characters Postgres cannot hold (NUL, lone
+    surrogates) in text, tool-call arguments, tool outputs and citations become U+FFFD, and token
+    counts are kept within Postgres integers. Anything else Postgres refuses fails the turn once.
+    """
     if not isinstance(messages, list) or not messages or not all(isinstance(m, AgentMessage) for m in messages):
         raise AgentInvocationError("the agent returned no reply")
     clean: Usage = {}
     source = usage if isinstance(usage, dict) else {}
     for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
         value = source.get(key, 0)
-        clean[key] = int(value) if isinstance(value, int | float) else 0
+        if isinstance(value, float):
+            value = int(value) if math.isfinite(value) else 0
+        clean[key] = min(max(int(value), 0), INTEGER_MAX) if isinstance(value, int) else 0
     if not clean["total_tokens"]:
-        clean["total_tokens"] = clean["prompt_tokens"] + clean["completion_tokens"]
-    return messages, clean
+        clean["total_tokens"] = min(clean["prompt_tokens"] + clean["completion_tokens"], INTEGER_MAX)
+    return [storable_message(message) for message in messages], clean
+
+
+def storable_message(message: AgentMessage) -> AgentMessage:
+    """`message` with its text made storable (the same object when nothing needed cleaning)."""
+    content = clean_text(message.content) if isinstance(message.content, str) else str(message.content or "")
+    tool_calls = clean_json(message.tool_calls) if message.tool_calls else message.tool_calls
+    tool_call_id = clean_text(message.tool_call_id) if isinstance(message.tool_call_id, str) else message.tool_call_id
+    citations = clean_json(message.citations) if message.citations else message.citations
+    if (content, tool_call_id) == (message.content, message.tool_call_id) and (tool_calls, citations) == (
+        message.tool_calls,
+        message.citations,
+    ):
+        return message
+    return dataclasses.replace(
+        message, content=content, tool_calls=tool_calls, tool_call_id=tool_call_id, citations=citations
+    )
 
 
 def handle_agent_failure(claim: claims.Claim, events: TurnEvents, exc: AgentInvocationError) -> Result:
@@ -298,7 +348,8 @@ def handle_agent_failure(claim: claims.Claim, events: TurnEvents, exc: AgentInvo
 
 
 def fail(claim: claims.Claim, events: TurnEvents, error: str) -> Result:
-    """End the turn as failed with a user-visible error."""
+    """End the turn as failed with a user-visible error (secrets masked, storable)."""
+    error = clean_text(mask_secrets(error))
     ended = claims.finish_turn(claim, TurnStatus.FAILED, error)
     if not ended.stored:
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
@@ -316,6 +367,7 @@ def reject(turn_id: uuid.UUID, session_id: uuid.UUID | None, error: str) -> None
     Consumers of the session's channel get an `error` event, unless a valid turn with this id
     exists (then the malformed message was a stray copy, and the real turn goes on).
     """
+    error = clean_text(mask_secrets(error))
     log.warning("turn %s session %s: rejected: %s", turn_id, session_id, error)
     if turn_id.int == 0 or session_id is None:
         return

@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import logging
 import uuid
+import warnings
+from collections.abc import Mapping
 from typing import Any
 
 from celery import Task
-from kombu.exceptions import OperationalError as KombuOperationalError
-from redis import RedisError
-from sqlalchemy.exc import DBAPIError, OperationalError
+from celery.exceptions import InvalidTaskError
+from celery.signals import task_internal_error
 
 from worker.app import app
 from worker.config import get_settings, mask_secrets
 from worker.errors import InvalidTurn
 from worker.payload import BATCH_QUEUE, INTERACTIVE_QUEUE, parse_turn_request, redacted_kwargs
 from worker.runner import Outcome, execute_turn, reject
+from worker.storable import OUTAGE_ERRORS
 
 log = logging.getLogger(__name__)
 
-# Postgres or Redis restarting: the turn is not at fault, so retry without limit, backing off.
-INFRASTRUCTURE_ERRORS = (OperationalError, DBAPIError, RedisError, KombuOperationalError, ConnectionError)
+# Postgres or Redis unreachable or restarting: the turn is not at fault, so retry without limit,
+# backing off. Only connection-level errors: data Postgres refuses (DataError, IntegrityError, ...)
+# never reaches here, the runner fails its turn at once (`worker.storable`).
+INFRASTRUCTURE_ERRORS = OUTAGE_ERRORS
 
 
 @app.task(
@@ -88,3 +92,26 @@ def sweep() -> dict[str, int]:
     from worker.sweeper import sweep_once
 
     return sweep_once().as_dict()
+
+
+# Celery checks that the keyword arguments are a mapping before the task body runs, and reports a
+# body that sends a list or a string only as a RuntimeWarning with a traceback. Say it in one line
+# instead, as for every other invalid message (the message is acknowledged and nothing is stored).
+warnings.filterwarnings(
+    "ignore",
+    message=r"Exception raised outside body: InvalidTaskError\('Task keyword arguments is not a mapping'\)",
+    category=RuntimeWarning,
+)
+
+
+@task_internal_error.connect
+def _reject_invalid_message(
+    sender: Any = None, task_id: str | None = None, kwargs: Any = None, exception: Any = None, **_: Any
+) -> None:
+    if getattr(sender, "name", None) != "chatq.run_turn" or not isinstance(exception, InvalidTaskError):
+        return
+    if isinstance(kwargs, Mapping):
+        reason = f"invalid task message: {exception}"
+    else:
+        reason = f"the task's keyword arguments must be an object, got {type(kwargs).__name__}"
+    reject(*_ids({}, task_id), reason)

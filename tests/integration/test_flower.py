@@ -193,6 +193,10 @@ def test_a_retried_turn_still_hides_the_message(flower: FlowerProcess, openai_st
 
 
 def test_prometheus_metrics_with_credentials(flower: FlowerProcess) -> None:
+    # Flower itself serves /metrics to anyone; chatq's Flower asks for the same credentials.
+    assert flower.get("/metrics", auth=None)[0] == 401
+    assert flower.get("/metrics", auth=(USER, "wrong-password"))[0] == 401
+    assert flower.get("/healthcheck", auth=None) == (200, "OK")  # for container health checks only
     status, body = flower.get("/metrics")
     assert status == 200
     assert "flower_events_total" in body

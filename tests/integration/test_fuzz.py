@@ -61,6 +61,7 @@ def malformed_payload(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
                 "empty",
                 "oversize",
                 "nul",
+                "surrogate",
                 "images",
                 "image_item",
                 "reply_to",
@@ -69,7 +70,8 @@ def malformed_payload(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
         )
     )
     if breakage == "drop":
-        del payload[draw(st.sampled_from(["turn_id", "session_id", "content"]))]
+        # Not turn_id: a message without it runs under its task id (a plain Celery client's call).
+        del payload[draw(st.sampled_from(["session_id", "content"]))]
     elif breakage in ("turn_id", "session_id"):
         payload[breakage] = draw(junk.filter(lambda v: not _is_uuid(v)))
     elif breakage == "content":
@@ -80,6 +82,10 @@ def malformed_payload(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
         payload["content"] = "x" * (100_001 + draw(st.integers(0, 50)))
     elif breakage == "nul":
         payload["content"] += "\x00"
+    elif breakage == "surrogate":
+        position = draw(st.integers(0, len(payload["content"])))
+        lone = chr(draw(st.integers(0xD800, 0xDFFF)))
+        payload["content"] = payload["content"][:position] + lone + payload["content"][position:]
     elif breakage == "images":
         payload["images"] = draw(
             st.one_of(
@@ -98,7 +104,15 @@ def malformed_payload(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
             )
         ]
     elif breakage == "reply_to":
-        payload["reply_to"] = draw(st.one_of(st.text(max_size=5), st.booleans(), st.integers(max_value=0), st.floats()))
+        payload["reply_to"] = draw(
+            st.one_of(
+                st.text(max_size=5),
+                st.booleans(),
+                st.integers(max_value=0),
+                st.integers(min_value=2**63, max_value=2**80),
+                st.floats(),
+            )
+        )
     else:
         payload["turn_id"] = str(uuid.uuid4())
     return turn_id, payload

@@ -12,6 +12,10 @@ server never interfere:
                            added by itself, such as chatq's knowledge-base retrieval, does not)
     [quote]                after a tool result, reply f"From the sources: {result}"
     [answer: TEXT]         reply TEXT
+    [answer-json: "..."]   reply the JSON string's value (escapes such as \\u0000 or a lone \\ud800 give
+                           text no user message can carry)
+    [unauthorized]         HTTP 401 whose message echoes the API key the client sent, as some
+                           OpenAI-compatible servers do
     [loop: EXPR]           ask for calculator every time, even after results (recursion limits)
     [fail]                 HTTP 500, always
     [fail-once: KEY]       HTTP 500 the first time KEY is seen (server-wide), normal afterwards
@@ -274,6 +278,12 @@ class OpenAIStub:
             reply.content = " ".join(f"w{i}" for i in range(1, count + 1))
         elif "answer" in d:
             reply.content = d["answer"]
+        elif "answer-json" in d:
+            try:
+                value = json.loads(d["answer-json"])
+            except json.JSONDecodeError:
+                value = d["answer-json"]
+            reply.content = value if isinstance(value, str) else json.dumps(value)
         elif "quote" in d and after_tool:
             reply.content = f"From the sources: {message_text(last)}"
         else:
@@ -336,6 +346,12 @@ class _Handler(BaseHTTPRequestHandler):
         script = Script.parse(messages)
         owner.wait(owner.latency + script.seconds("sleep"))
         try:
+            if "unauthorized" in script.directives:
+                key = (self.headers.get("Authorization") or "").partition(" ")[2]
+                owner.record_reply(401, None, generation)
+                error = {"message": f"Incorrect API key provided: {key}", "type": "invalid_request_error"}
+                self._json(401, {"error": {**error, "code": "invalid_api_key"}})
+                return
             if owner.should_fail(script):
                 owner.record_reply(500, None, generation)
                 self._json(500, {"error": {"message": "stub failure", "type": "server_error"}})

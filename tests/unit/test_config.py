@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.env import environ
 from worker.config import ECHO_MODEL, load_settings, mask_secrets, mask_url
 from worker.errors import ConfigError
 
@@ -28,6 +29,9 @@ def test_key_switches_the_default_model_and_is_not_in_repr() -> None:
         ({"REDIS_URL": "http://x"}, "REDIS_URL must start with"),
         ({"DATABASE_URL": "mysql://x"}, "DATABASE_URL must start with"),
         ({"OPENAI_BASE_URL": "ftp://x"}, "OPENAI_BASE_URL must be an http(s) URL"),
+        ({"CHATQ_METRICS_PORT": "nine"}, "CHATQ_METRICS_PORT must be a port number"),
+        ({"CHATQ_METRICS_PORT": "70000"}, "CHATQ_METRICS_PORT must be a port number"),
+        ({"CHATQ_METRICS_ADDR": "every where"}, "CHATQ_METRICS_ADDR must be an IP address"),
     ],
 )
 def test_bad_values_fail_with_one_clear_line(env: dict[str, str], fragment: str) -> None:
@@ -48,3 +52,33 @@ def test_passwords_are_masked() -> None:
     masked = mask_secrets(line)
     assert "hunter2" not in masked and ":pw@" not in masked
     assert "rediss://:***@" in mask_secrets("rediss://:hunter2@cache:6380/0")
+
+
+def test_configured_secret_values_are_masked_wherever_they_appear() -> None:
+    secrets = {
+        "OPENAI_API_KEY": "sk-live-0123456789abcdef",
+        "CHATQ_API_TOKEN": "gateway-token-one-0123456789,gateway-token-two-0123456789",
+        "FLOWER_BASIC_AUTH": "admin:flower-pass-1,ops:flower-pass-2",
+        "DATABASE_URL": "postgresql+psycopg://chatq:db%40pass@db:5432/chatq",
+        "REDIS_URL": "redis://:redis-pass@cache:6379/0",
+    }
+    with environ(**secrets):
+        line = (
+            "Error code: 401 - {'error': {'message': 'Incorrect API key provided: sk-live-0123456789abcdef'}} "
+            "token gateway-token-two-0123456789 pw flower-pass-2 db db@pass redis redis-pass"
+        )
+        masked = mask_secrets(line)
+        for secret in ("sk-live-0123456789abcdef", "gateway-token-two", "flower-pass-2", "db@pass", "redis-pass"):
+            assert secret not in masked, masked
+        assert "Incorrect API key provided: ***" in masked
+        # Not the user names, and nothing else of the line.
+        assert mask_secrets("admin logged in for chatq") == "admin logged in for chatq"
+    with environ(OPENAI_API_KEY="abc"):
+        assert mask_secrets("abc is too short to be masked") == "abc is too short to be masked"
+
+
+def test_the_metrics_endpoint_listens_on_loopback_unless_told_otherwise() -> None:
+    assert load_settings({}).metrics_port is None
+    assert load_settings({"CHATQ_METRICS_PORT": "9100"}).metrics_addr == "127.0.0.1"
+    assert load_settings({"CHATQ_METRICS_ADDR": "0.0.0.0"}).metrics_addr == "0.0.0.0"
+    assert load_settings({"CHATQ_METRICS_ADDR": "[::]"}).metrics_addr == "::"

@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 from redis.exceptions import RedisError
-from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError, StatementError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -48,6 +48,7 @@ from worker.gateway.state import (
     threaded,
 )
 from worker.gateway.streams import stream_session, stream_turn
+from worker.storable import is_outage, refusal_message
 
 log = logging.getLogger(__name__)
 
@@ -362,6 +363,16 @@ async def _service_error(request: Request, exc: Exception) -> Response:
     return json_error(503, f"cannot use {where}; try again shortly")
 
 
+async def _refused_data(request: Request, exc: Exception) -> Response:
+    # The producer checks what Postgres cannot store and names the field; this is the backstop
+    # for a value it let through: the request's data, not a server fault, and no retry helps.
+    if is_outage(exc):
+        return await _service_error(request, exc)
+    message = refusal_message(exc, "the request")
+    log.warning("%s %s: %s", request.method, request.url.path, message)
+    return json_error(422, message)
+
+
 async def _internal_error(request: Request, exc: Exception) -> Response:
     # Starlette re-raises the exception after this response, so the server logs its traceback.
     return json_error(500, "internal error; the gateway log has the details")
@@ -417,6 +428,8 @@ def create_app(settings: GatewaySettings) -> Starlette:
         OperationalError: _service_error,
         InterfaceError: _service_error,
         DisconnectionError: _service_error,
+        StatementError: _refused_data,
+        UnicodeError: _refused_data,
         Exception: _internal_error,
     }
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)

@@ -6,25 +6,37 @@ import logging
 import re
 import socket
 import sys
+from urllib.parse import unquote_plus
 
 import uvicorn
 
 from worker.config import get_settings
 from worker.errors import ConfigError
 from worker.gateway.app import create_app
-from worker.gateway.auth import is_loopback
+from worker.gateway.auth import QUERY_TOKEN, is_loopback
 from worker.gateway.config import load_gateway_settings
 from worker.gateway.state import Gateway
+from worker.logs import configure_filters
 
 GRACEFUL_SHUTDOWN_SECONDS = 5
 """How long shutdown waits for requests in flight (event streams are ended at once, cleanly)."""
 
-_QUERY_TOKEN = re.compile(r"(?i)([?&]access_token=)[^&\s]*")
+_QUERY_PARAMETER = re.compile(r"(?P<lead>[?&;])(?P<name>[^=&;#\s]*)=(?P<value>[^&;#\s]*)")
 
 
 def redact_query_token(text: str) -> str:
-    """Replace the value of any `access_token=` query parameter."""
-    return _QUERY_TOKEN.sub(r"\1***", text)
+    """Replace the value of any `access_token=` query parameter, however its name is percent-encoded.
+
+    Starlette decodes parameter names before the gateway looks them up, so `?access%5Ftoken=...`
+    authenticates as well as `?access_token=...` does: the name is compared after decoding too.
+    """
+
+    def redact(match: re.Match[str]) -> str:
+        if unquote_plus(match["name"]).strip().lower() != QUERY_TOKEN:
+            return match.group()
+        return f"{match['lead']}{match['name']}=***"
+
+    return _QUERY_PARAMETER.sub(redact, text) if "=" in text else text
 
 
 class RedactTokens(logging.Filter):
@@ -36,6 +48,23 @@ class RedactTokens(logging.Filter):
         elif isinstance(record.msg, str):
             record.msg = redact_query_token(record.msg)
         return True
+
+
+def mask_server_logs() -> None:
+    """Mask secrets in every line the gateway process writes (uvicorn's and chatq's own).
+
+    uvicorn logs tracebacks of unexpected errors, and chatq's modules log to the root logger:
+    each handler gets chatq's filter (`worker.logs.TurnContextFilter`: configured secret values and
+    URL passwords masked, tracebacks included); the root logger gets a stderr handler if it has none.
+    """
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
+        root.addHandler(handler)
+    # Not uvicorn.access: its formatter needs the record's arguments, and RedactTokens covers it.
+    for name in ("", "uvicorn", "uvicorn.error"):
+        configure_filters(logging.getLogger(name))
 
 
 class GatewayServer(uvicorn.Server):
@@ -82,6 +111,7 @@ def serve(
         server_header=False,
     )
     logging.getLogger("uvicorn.access").addFilter(RedactTokens())
+    mask_server_logs()
     mode = "WITHOUT authentication (loopback only)" if unauthenticated else "bearer token required"
     shown = f"[{host}]" if ":" in host else host
     sys.stderr.write(f"chatq gateway: http://{shown}:{port}/ ({mode}); API at /openapi.json\n")

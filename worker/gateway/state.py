@@ -150,6 +150,9 @@ class Gateway:
             data = json.loads(bytes(body))
         except ValueError as exc:
             raise HTTPException(422, f"request body is not valid JSON: {str(exc).splitlines()[0]}") from None
+        except RecursionError:
+            # The parser recurses once per level: a small body can nest deeper than Python allows.
+            raise HTTPException(422, "request body is nested too deeply to be a chatq request") from None
         if not isinstance(data, dict):
             raise HTTPException(422, f"request body must be a JSON object, got {type(data).__name__}")
         return data
@@ -210,9 +213,9 @@ def last_event_id(request: Request) -> str | None:
 def check_fields(data: dict[str, Any], allowed: frozenset[str]) -> None:
     unknown = sorted(set(data) - allowed)
     if unknown:
-        raise HTTPException(
-            422, f"unknown field(s): {', '.join(unknown)}; expected some of: {', '.join(sorted(allowed))}"
-        )
+        # Names as the client sent them, escaped: a field name may hold anything JSON can.
+        names = ", ".join(name if name.isprintable() and name.isascii() else ascii(name) for name in unknown[:10])
+        raise HTTPException(422, f"unknown field(s): {names}; expected some of: {', '.join(sorted(allowed))}")
 
 
 def optional_str(data: dict[str, Any], name: str) -> str | None:
@@ -223,7 +226,9 @@ def optional_str(data: dict[str, Any], name: str) -> str | None:
 
 
 def json_error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
+    # A lone surrogate in a message would make the UTF-8 response itself fail: escape it instead.
+    safe = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    return JSONResponse({"error": safe}, status_code=status, headers=headers)
 
 
 async def threaded(function: Callable[..., T], *args: Any) -> T:

@@ -267,6 +267,56 @@ def test_bad_sessions_are_422(api: httpx.Client, body: dict[str, object], fragme
     assert fragment in error_of(api.post("/sessions", json=body), 422)
 
 
+def _raw(api: httpx.Client, path: str, body: str) -> httpx.Response:
+    """POST a JSON text as written (escapes such as \\ud800 kept: httpx would refuse to encode them)."""
+    return api.post(path, content=body.encode("ascii"), headers={"Content-Type": "application/json"})
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ('{"content": "a\\ud800b"}', "content contains a lone surrogate (U+D800) at position 1"),
+        ('{"content": "a\\u0000b"}', "content contains a NUL character (U+0000) at position 1"),
+        ('{"content": "hi", "reply_to": 9223372036854775808}', "reply_to must be a message id from 1 to"),
+        ('{"content": "hi", "reply_to": 1e400}', "reply_to must be a message id"),
+        ('{"content": "hi", "images": ["https://x.test/\\u0000.png"]}', "images[0] contains a NUL character"),
+        ('{"content": "hi", "\\udfff": 1}', "unknown field(s): '\\udfff'"),
+    ],
+)
+def test_turn_fields_postgres_cannot_store_are_422_naming_the_field(
+    api: httpx.Client, body: str, fragment: str
+) -> None:
+    session_id = new_session(api)
+    assert fragment in error_of(_raw(api, f"/sessions/{session_id}/turns", body), 422)
+
+
+def test_base64_image_data_is_checked_to_its_end(api: httpx.Client) -> None:
+    session_id = new_session(api)
+    data = "A" * 8000
+    image = "data:image/png;base64," + data[:6000] + "!" + data[6001:]
+    response = api.post(f"/sessions/{session_id}/turns", json={"content": "hi", "images": [image]})
+    assert "images[0] is not valid base64" in error_of(response, 422)
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ('{"model": "gpt\\u0000"}', "model contains a NUL character"),
+        ('{"model": "gpt\\udc80"}', "model contains a lone surrogate (U+DC80)"),
+        ('{"system_prompt": "be \\ud83d brief"}', "system_prompt contains a lone surrogate (U+D83D)"),
+        ('{"metadata": {"k": "\\u0000"}}', "metadata has a NUL character (U+0000) at position 0 in the value at k"),
+        ('{"metadata": {"\\ud800": 1}}', "metadata has a lone surrogate (U+D800) at position 0 in a key"),
+        ('{"metadata": {"n": NaN}}', "metadata has nan at n"),
+        ('{"metadata": {"a": ' + "[" * 100 + "]" * 100 + "}}", "metadata is nested deeper than 32 levels"),
+        ('{"metadata": ' + "[" * 30_000 + "]" * 30_000 + "}", "request body is nested too deeply"),
+    ],
+)
+def test_session_fields_postgres_cannot_store_are_422_naming_the_field(
+    api: httpx.Client, body: str, fragment: str
+) -> None:
+    assert fragment in error_of(_raw(api, "/sessions", body), 422)
+
+
 def test_malformed_json_is_422_and_other_media_types_are_415(api: httpx.Client) -> None:
     headers = {"Content-Type": "application/json"}
     assert "not valid JSON" in error_of(api.post("/sessions", content=b"{nope", headers=headers), 422)

@@ -185,6 +185,23 @@ def test_the_event_streams_accept_the_token_as_a_query_parameter(
     assert "access_token=***" in gateway.log()
 
 
+def test_a_percent_encoded_token_parameter_is_redacted_from_the_access_log_too(
+    gateway: GatewayProcess, anonymous: httpx.Client, api: httpx.Client
+) -> None:
+    session_id = new_session(api)
+    turn_id = submit(api, session_id, "[words: 2]")
+    # Starlette decodes `access%5Ftoken` to `access_token`, so this authenticates like the plain form.
+    with anonymous.stream("GET", f"/turns/{turn_id}/events?access%5Ftoken={TOKEN}") as response:
+        assert response.status_code == 200
+        assert list(messages(iter_frames(response)))[-1].event["type"] == "final"
+    logged = f"/turns/{turn_id}/events?access%5Ftoken="
+    deadline = time.monotonic() + 10
+    while logged not in gateway.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert f"{logged}***" in gateway.log()
+    assert TOKEN not in gateway.log()
+
+
 def test_event_streams_of_unknown_turns_and_sessions_are_404(api: httpx.Client) -> None:
     for path in (f"/turns/{uuid.uuid4()}/events", f"/sessions/{uuid.uuid4()}/events", "/turns/nope/events"):
         response = api.get(path)

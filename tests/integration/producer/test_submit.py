@@ -83,9 +83,9 @@ def test_the_same_turn_id_with_other_content_or_session_conflicts() -> None:
     other = create_session(framework="none", model="echo")
     turn_id = uuid.uuid4()
     submit_turn(sid, "hello", turn_id=turn_id)
-    with pytest.raises(TurnConflict):
+    with pytest.raises(TurnConflict, match="already exists with different content"):
         submit_turn(sid, "something else", turn_id=turn_id)
-    with pytest.raises(TurnConflict):
+    with pytest.raises(TurnConflict, match=f"turn {turn_id} already exists in session {sid}, not in session {other}"):
         submit_turn(other, "hello", turn_id=turn_id)
     assert _rows(other) == ([], [], 0)
     assert _rows(sid)[2] == 1
@@ -132,3 +132,45 @@ def test_if_busy_reject_stores_nothing_and_interrupt_cancels_the_queued_turns() 
 def test_if_busy_on_an_unknown_session_is_refused() -> None:
     with pytest.raises(SessionNotFound):
         submit_turn(uuid.uuid4(), "hello", if_busy="interrupt")
+
+
+def _session_count() -> int:
+    with session_scope() as db:
+        return int(db.execute(select(func.count()).select_from(ChatSession)).scalar_one())
+
+
+@pytest.mark.parametrize(
+    ("fields", "fragment"),
+    [
+        ({"content": "caf\udce9"}, "content contains a lone surrogate (U+DCE9) at position 3"),
+        ({"content": "a\x00"}, "content contains a NUL character (U+0000) at position 1"),
+        ({"reply_to": 2**63}, "reply_to must be a message id from 1 to 9223372036854775807"),
+        ({"images": ["https://example.test/\x00"]}, "images[0] contains a NUL character"),
+    ],
+)
+def test_turns_postgres_cannot_store_are_refused_naming_the_field(fields: dict[str, object], fragment: str) -> None:
+    sid = create_session(framework="none", model="echo")
+    arguments: dict[str, object] = {"content": "hello", **fields}
+    content = str(arguments.pop("content"))
+    with pytest.raises(InvalidTurn) as info:
+        submit_turn(sid, content, **arguments)  # type: ignore[arg-type]
+    assert fragment in info.value.message
+    assert _rows(sid) == ([], [], 0)
+
+
+@pytest.mark.parametrize(
+    ("fields", "fragment"),
+    [
+        ({"model": "gpt\x00"}, "model contains a NUL character"),
+        ({"system_prompt": "\ud800"}, "system_prompt contains a lone surrogate"),
+        ({"metadata": {"note": "a\x00"}}, "metadata has a NUL character (U+0000) at position 1 in the value at note"),
+        ({"metadata": {"score": float("inf")}}, "metadata has inf at score, which JSON cannot hold"),
+        ({"metadata": {"when": object()}}, "metadata has a object at when, which is not a JSON value"),
+    ],
+)
+def test_sessions_postgres_cannot_store_are_refused_naming_the_field(fields: dict[str, object], fragment: str) -> None:
+    before = _session_count()
+    with pytest.raises(InvalidTurn) as info:
+        create_session(framework="none", **fields)  # type: ignore[arg-type]
+    assert fragment in info.value.message
+    assert _session_count() == before

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from models.db import session_scope
+from models.tables import Turn
 from tests.integration.worker.conftest import STUB_MODEL
 from tests.support.cli import chatq
 from tests.support.turns import replay_events, wait_for_turn
@@ -157,3 +159,29 @@ def test_producer_commands_import_no_agent_framework(worker_env: dict[str, str])
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_text_and_numbers_postgres_cannot_store_are_one_clear_line_naming_the_field(
+    worker_env: dict[str, str],
+) -> None:
+    session = _new_session(worker_env)
+    # A terminal that is not UTF-8 hands Python bytes it keeps as lone surrogates (b"caf\xe9").
+    latin1 = chatq(worker_env, "submit", session, "caf\udce9")
+    assert latin1.returncode == 1
+    assert latin1.stderr.strip() == (
+        "chatq: error: content contains a lone surrogate (U+DCE9) at position 3, which cannot be stored; "
+        "send valid Unicode text without NUL"
+    )
+    too_big = chatq(worker_env, "submit", session, "hello", "--reply-to", str(2**63))
+    assert too_big.returncode == 1
+    assert too_big.stderr.strip() == (
+        "chatq: error: reply_to must be a message id from 1 to 9223372036854775807, or null"
+    )
+    model = chatq(worker_env, "session", "create", "--model", "gpt\udcff")
+    assert model.returncode == 1 and "model contains a lone surrogate (U+DCFF)" in model.stderr
+    prompt = chatq(worker_env, "session", "create", "--system-prompt", "be \udce9")
+    assert prompt.returncode == 1 and "system_prompt contains a lone surrogate" in prompt.stderr
+    for result in (latin1, too_big, model, prompt):
+        assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    with session_scope() as db:
+        assert db.query(Turn).filter(Turn.session_id == uuid.UUID(session)).count() == 0

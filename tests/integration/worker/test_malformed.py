@@ -45,7 +45,7 @@ def _nothing_stored(turn_id: str) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "expected"),
     [
-        ({"session_id": "S", "content": "hi"}, "missing field(s): turn_id"),
+        ({"turn_id": "T", "content": "hi"}, "missing field(s): session_id"),
         ({"turn_id": "T", "session_id": "S"}, "missing field(s): content"),
         ({"turn_id": "T", "session_id": "not-a-uuid", "content": "hi"}, "session_id is not a valid UUID"),
         ({"turn_id": "T", "session_id": "S", "content": 42}, "content must be a string"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import socket
 import time
@@ -88,6 +89,45 @@ def test_logs_are_json_lines_with_turn_context_and_no_user_content(
     assert "sk-test-not-a-secret" not in process.log()
     # The HTTP client's one INFO line per model request is held back (worker.logs.quiet_http_clients).
     assert not [r for r in records if r["logger"].startswith("httpx")]
+
+
+def _outward_address() -> str | None:
+    """This machine's address on its network (not loopback), or None if it has none."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect(("192.0.2.1", 9))  # a UDP "connect" only picks the route: nothing is sent
+        except OSError:
+            return None
+        address = str(sock.getsockname()[0])
+    return None if ipaddress.ip_address(address).is_loopback else address
+
+
+def _answers(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=3):
+            return True
+    except OSError:
+        return False
+
+
+def test_metrics_listen_on_loopback_unless_exposed_on_purpose(
+    metrics_worker: tuple[WorkerProcess, int], worker_env: dict[str, str]
+) -> None:
+    _process, port = metrics_worker
+    outward = _outward_address()
+    if outward is None:
+        pytest.skip("this machine has no non-loopback address to test from")
+    assert _answers("127.0.0.1", port)
+    assert not _answers(outward, port), "the unauthenticated metrics endpoint is reachable from the network"
+
+    exposed_port = free_port()
+    exposed = WorkerProcess(
+        {**worker_env, "CHATQ_METRICS_PORT": str(exposed_port), "CHATQ_METRICS_ADDR": "0.0.0.0"}, concurrency=1
+    ).start()
+    try:
+        assert _answers(outward, exposed_port)
+    finally:
+        exposed.stop()
 
 
 def test_the_worker_freezes_its_startup_objects_once_ready(worker: WorkerProcess) -> None:

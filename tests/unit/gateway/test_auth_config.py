@@ -62,6 +62,10 @@ def test_access_tokens_are_redacted_from_the_access_log() -> None:
         "/turns/x/events?access_token=***&last_event_id=3"
     )
     assert redact_query_token("/turns/x/events?a=1&ACCESS_TOKEN=abc") == "/turns/x/events?a=1&ACCESS_TOKEN=***"
+    # Starlette decodes names before looking them up: every spelling that authenticates is redacted.
+    for name in ("access%5Ftoken", "access%5ftoken", "%61ccess_token", "access_%74oken", "access%5Ftoken"):
+        assert redact_query_token(f"/turns/x/events?{name}=s3cr3t&b=2") == f"/turns/x/events?{name}=***&b=2"
+    assert redact_query_token("/turns/x/events?access_tokens=keep") == "/turns/x/events?access_tokens=keep"
     record = logging.LogRecord("uvicorn.access", logging.INFO, "", 0, "%s %s", ("GET", "/e?access_token=s3"), None)
     assert RedactTokens().filter(record)
     assert record.getMessage() == "GET /e?access_token=***"
