@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -15,9 +14,11 @@ import pytest
 from models.db import session_scope
 from models.tables import Turn
 from tests.integration.worker.conftest import STUB_MODEL
+from tests.support.broker import wait_for_subscriber
 from tests.support.cli import chatq
 from tests.support.turns import replay_events, wait_for_turn
 from tests.support.workers import ROOT, WorkerProcess
+from worker.events import session_channel
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +80,7 @@ def test_a_late_watch_turn_replays_every_event(
     assert printed[0]["type"] == "queued" and printed[-1]["type"] == "final"
 
 
-def test_watch_session_prints_live_events(worker: WorkerProcess, worker_env: dict[str, str]) -> None:
+def test_watch_session_prints_live_events(worker: WorkerProcess, worker_env: dict[str, str], redis_url: str) -> None:
     session = _new_session(worker_env)
     watcher = subprocess.Popen(
         [sys.executable, "-m", "worker.cli", "watch", session, "--json"],
@@ -90,14 +91,17 @@ def test_watch_session_prints_live_events(worker: WorkerProcess, worker_env: dic
         text=True,
     )
     try:
-        time.sleep(1.5)  # let it subscribe
+        wait_for_subscriber(redis_url, session_channel(session))
         turn_id = chatq(worker_env, "submit", session, "live [words: 3]").stdout.strip()
         wait_for_turn(uuid.UUID(turn_id))
-        time.sleep(0.5)
+        lines: list[str] = []
+        assert watcher.stdout is not None
+        while not lines or json.loads(lines[-1])["type"] != "final":
+            lines.append(watcher.stdout.readline())  # the pytest timeout bounds a watcher that stops early
     finally:
         watcher.terminate()
-        out, _ = watcher.communicate(timeout=10)
-    types = [json.loads(line)["type"] for line in out.splitlines()]
+        watcher.communicate(timeout=10)
+    types = [json.loads(line)["type"] for line in lines]
     assert types[0] == "queued" and types[-1] == "final" and "text" in types
 
 

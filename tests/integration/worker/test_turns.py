@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import time
 import uuid
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from models.db import session_scope
 from models.tables import Turn
 from tests.integration.worker.conftest import STUB_MODEL
+from tests.support.broker import wait_for_drained_queues
 from tests.support.openai_stub import OpenAIStub
 from tests.support.turns import replay_events, session_messages, turn_messages, wait_for_turn, wait_for_turns
 from tests.support.workers import WorkerProcess
@@ -152,7 +152,7 @@ def test_the_same_task_delivered_twice_stores_one_reply(worker: WorkerProcess) -
     assert send_turn(message, queue="chatq")
     assert send_turn(message, queue="chatq")
     row = wait_for_turn(turn.turn_id)
-    time.sleep(1.5)  # let the duplicate copies be processed too
+    wait_for_drained_queues(worker.env["REDIS_URL"])  # the duplicate copies are processed too
     assert row.status.value == "succeeded"
     assert [m.role for m in turn_messages(turn.turn_id)] == ["user", "assistant"]
     with session_scope() as db:
