@@ -1,4 +1,4 @@
-"""Celery settings for chatq, read from the environment through `worker.config`.
+"""Celery settings for chatq, read from the environment through `chatq.settings`.
 
 Only settings that differ from Celery's defaults are here, each with the reason.
 """
@@ -10,7 +10,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from kombu import Queue
 
-from worker.config import get_settings
+from chatq.settings import get_settings
 
 _settings = get_settings()
 

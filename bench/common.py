@@ -144,8 +144,8 @@ def isolated_services(label: str) -> Iterator[dict[str, str]]:
 
 
 def _reset_chatq() -> None:
+    from chatq.settings import reset_settings
     from models.db import dispose_engine
-    from worker.config import reset_settings
     from worker.events import reset_redis
 
     reset_settings()
@@ -155,7 +155,7 @@ def _reset_chatq() -> None:
 
 def use_stub(base_url: str) -> None:
     """Point this process's chatq at the stub (the workers get the same through their env)."""
-    from worker.config import reset_settings
+    from chatq.settings import reset_settings
 
     os.environ["OPENAI_BASE_URL"] = base_url
     os.environ["OPENAI_API_KEY"] = BENCH_API_KEY

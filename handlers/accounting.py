@@ -37,10 +37,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+from chatq.errors import ConfigError
+from chatq.settings import ECHO_MODEL
 from models.db import session_scope
 from models.tables import PaidToolCall, Turn, TurnStatus
-from worker.config import ECHO_MODEL
-from worker.errors import ConfigError
 
 __all__ = [
     "PRICES_ENV",

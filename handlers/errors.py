@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
+from chatq.errors import ChatqError
 
-class HandlerError(Exception):
+
+class HandlerError(ChatqError):
     """The agent handler failed."""
-
-    def __init__(self, message: str | None = None) -> None:
-        super().__init__(message or (self.__doc__ or "").strip())
-
-    @property
-    def message(self) -> str:
-        """The one-line, user-visible text of this error."""
-        return str(self.args[0]) if self.args else (self.__doc__ or "").strip()
 
 
 class AgentInvocationError(HandlerError):

@@ -29,11 +29,11 @@ from typing import Any
 from sqlalchemy import Connection, Integer, Row, Select, and_, bindparam, func, select
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 
+from chatq.settings import get_settings
 from handlers.errors import HandlerError
 from handlers.tokens import count_message_tokens, count_tokens
 from models.db import autocommit_scope
 from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, Turn, TurnStatus
-from worker.config import get_settings
 
 __all__ = ["History", "build_history"]
 

@@ -24,7 +24,7 @@ _IMAGE_MAGIC: tuple[tuple[bytes, str], ...] = (
 
 def model_accepts_images(model_name: str) -> bool:
     """True if `model_name` takes image inputs (known vision families, `CHATQ_VISION_MODELS`, echo)."""
-    from worker.config import ECHO_MODEL
+    from chatq.settings import ECHO_MODEL
 
     name = model_name.strip()
     if name == ECHO_MODEL:

@@ -21,10 +21,11 @@ import re
 import uuid
 from typing import Any
 
-from handlers.context import ToolContext, current_tool_context
+from handlers.context import ToolContext
+from handlers.knowledge_search import NO_KNOWLEDGE_BASE, format_hits, search_tool
 from handlers.tools import KNOWLEDGE_BASE_TOOL, run_tool
 from models.knowledge import session_knowledge_bases
-from models.search import MAX_QUERY_CHARS, SearchHit, search
+from models.search import MAX_QUERY_CHARS
 
 __all__ = [
     "MAX_CITATIONS",
@@ -37,7 +38,6 @@ __all__ = [
 ]
 
 MAX_CITATIONS = 10
-NO_KNOWLEDGE_BASE = "No knowledge base is attached to this conversation; answer without searching."
 NO_QUESTION = "The message has no text to search the knowledge base for."
 
 
@@ -49,35 +49,6 @@ def start_invocation(session: Any) -> ToolContext:
     known = getattr(session, "knowledge_bases", None)
     names = known if known is not None else session_knowledge_bases(session.id)
     return ToolContext.for_session(session, knowledge_bases=names)
-
-
-def search_tool(query: str, limit: int = 5) -> str:
-    """`search_knowledge_base`: search the current session's knowledge bases, remember the hits."""
-    context = current_tool_context()
-    if context is None or not context.knowledge_bases:
-        raise ValueError(NO_KNOWLEDGE_BASE)
-    if not isinstance(query, str) or not query.strip():
-        raise ValueError("query must be a non-empty string")
-    if isinstance(limit, bool) or not isinstance(limit, int):
-        raise ValueError("limit must be an integer")
-    hits = search(context.knowledge_bases, query, limit=max(1, min(limit, 10)))
-    context.retrieved.add([hit.citation() for hit in hits])
-    return format_hits(query, hits)
-
-
-def format_hits(query: str, hits: list[SearchHit]) -> str:
-    """The tool result the model reads: each passage in full under its document's title and id."""
-    shown = " ".join(query.split())
-    if not hits:
-        return f'No passage of the knowledge base matches "{shown}".'
-    noun = "passage" if len(hits) == 1 else "passages"
-    lines = [
-        f'{len(hits)} {noun} from the knowledge base for "{shown}". '
-        "Cite the title of each passage you use in your answer."
-    ]
-    for index, hit in enumerate(hits, start=1):
-        lines.append(f"\n[{index}] {hit.title} (document {hit.document_id})\n{hit.content}")
-    return "\n".join(lines)
 
 
 def retrieval_step(context: ToolContext, question: str) -> tuple[dict[str, Any], str]:

@@ -25,9 +25,10 @@ from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from chatq.settings import get_settings, mask_secrets
 from handlers.context import ToolContext, current_tool_context, use_tool_context
 from handlers.errors import UnknownTool
-from worker.config import get_settings, mask_secrets
+from handlers.knowledge_search import search_tool
 
 __all__ = [
     "KNOWLEDGE_BASE_TOOL",
@@ -371,12 +372,6 @@ register_tool(
 # --- search_knowledge_base -------------------------------------------------------------------
 
 
-def _search_knowledge_base(query: str, limit: int = 5) -> str:
-    from handlers.knowledge import search_tool
-
-    return search_tool(query, limit)
-
-
 register_tool(
     Tool(
         name=KNOWLEDGE_BASE_TOOL,
@@ -398,7 +393,7 @@ register_tool(
             "required": ["query"],
             "additionalProperties": False,
         },
-        func=_search_knowledge_base,
+        func=search_tool,
         paid=True,
     )
 )

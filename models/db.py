@@ -18,7 +18,7 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
-from worker.config import get_settings, mask_secrets
+from chatq.settings import get_settings, mask_secrets
 
 _lock = threading.Lock()
 _state: dict[str, object] = {}

@@ -1,12 +1,12 @@
 """Errors of the models package. Each docstring is the error's default, user-visible message.
 
-The root derives from `worker.errors.ChatqError`, so the command line and the gateway report these
+The root derives from `chatq.errors.ChatqError`, so the command line and the gateway report these
 errors like any other chatq error: one line, no traceback.
 """
 
 from __future__ import annotations
 
-from worker.errors import ChatqError
+from chatq.errors import ChatqError
 
 __all__ = ["DocumentError", "KnowledgeBaseError", "KnowledgeBaseExists", "KnowledgeBaseNotFound", "ModelsError"]
 

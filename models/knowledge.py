@@ -25,6 +25,7 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
+from chatq.errors import SessionNotFound
 from models.db import session_scope
 from models.documents import DEFAULT_CHUNK_CHARS, MAX_TITLE_CHARS, chunk_text, document_title, read_document_file
 from models.errors import DocumentError, KnowledgeBaseError, KnowledgeBaseExists, KnowledgeBaseNotFound
@@ -36,7 +37,6 @@ from models.tables import (
     KnowledgeBaseDocument,
     SessionKnowledgeBase,
 )
-from worker.errors import SessionNotFound
 
 __all__ = [
     "DEFAULT_CHUNK_CHARS",

@@ -43,7 +43,7 @@ def ensure_database(database_url: str) -> bool:
 def upgrade(database_url: str | None = None, revision: str = "head") -> None:
     """Create the database if needed, then create or migrate the schema to `revision`."""
     if database_url is None:
-        from worker.config import get_settings
+        from chatq.settings import get_settings
 
         database_url = get_settings().database_url
     ensure_database(database_url)

@@ -1,6 +1,6 @@
 """chatq's worker package: Celery app, tasks, producer API and CLI.
 
-Re-exports are resolved lazily so `import worker.config` (used everywhere) stays cheap and
+Re-exports are resolved lazily so importing one submodule (`worker.producer`, say) stays cheap and
 `celery -A worker` still finds the app through `worker.celery`.
 """
 
@@ -15,8 +15,8 @@ _EXPORTS = {
     "submit_turn": "worker.producer",
     "cancel_turn": "worker.producer",
     "IfBusy": "worker.producer",
-    "Settings": "worker.config",
-    "get_settings": "worker.config",
+    "Settings": "chatq.settings",
+    "get_settings": "chatq.settings",
     "ChatqError": "worker.errors",
 }
 

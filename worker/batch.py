@@ -18,12 +18,13 @@ from typing import Any, cast
 from sqlalchemy import Table, func, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+from chatq.settings import Settings, get_settings
 from models.db import connection_scope, session_scope
 from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
 from worker.batch_resume import Comparison, Found, append_turns, compare, load_stored
-from worker.config import Settings, get_settings
-from worker.dispatch import in_queue, send_turns
+from worker.dispatch import send_turns
 from worker.errors import InvalidTurn
+from worker.markers import in_queue
 from worker.payload import BATCH_QUEUE, task_message, validate_content
 from worker.producer import FRAMEWORKS
 

@@ -18,10 +18,10 @@ from typing import Any
 from sqlalchemy import and_, bindparam, exists, func, select, text, update
 from sqlalchemy.dialects.postgresql import JSONB
 
+from chatq.settings import get_settings
 from handlers.base import AgentMessage, SessionInfo, Usage
 from models.db import autocommit_scope, connection_scope, session_scope
 from models.tables import ACTIVE_STATUSES, MESSAGE_POSITION_STRIDE, ChatMessage, Turn, TurnStatus
-from worker.config import get_settings
 from worker.errors import InvalidTurn
 from worker.payload import session_conflict, task_message
 from worker.turns import NextTurn, lock_session, next_in, session_info

@@ -48,8 +48,8 @@ def _image_ref(value: str) -> str:
 
 
 def cmd_db(args: argparse.Namespace) -> int:
+    from chatq.settings import get_settings
     from models.migrate import upgrade
-    from worker.config import get_settings
 
     upgrade()
     print(f"database is up to date ({get_settings().database_url_masked})")
@@ -197,7 +197,7 @@ def cmd_usage(args: argparse.Namespace) -> int:
 
 def _exec_celery(arguments: list[str]) -> NoReturn:
     """Replace this process with Celery (signals then reach Celery directly, for graceful shutdown)."""
-    from worker.config import get_settings
+    from chatq.settings import get_settings
 
     get_settings()  # a bad environment fails here, in one line, not inside Celery
     command = [sys.executable, "-m", "celery", "-A", "worker.app:app", *arguments]
@@ -206,7 +206,7 @@ def _exec_celery(arguments: list[str]) -> NoReturn:
 
 
 def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
-    from worker.config import get_settings
+    from chatq.settings import get_settings
     from worker.schema import require_schema
 
     settings = get_settings()
@@ -324,21 +324,21 @@ PASSTHROUGH: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
 
 def _explain(exc: BaseException) -> str:
     """One line for an error, with any password masked."""
-    from worker.config import mask_secrets
+    from chatq.settings import mask_secrets
 
     if isinstance(exc, ChatqError):
         return mask_secrets(exc.message)
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     module = type(exc).__module__
     if module.startswith(("sqlalchemy", "psycopg")):
-        from worker.config import get_settings
+        from chatq.settings import get_settings
         from worker.schema import is_undefined_table, schema_missing
 
         if is_undefined_table(exc):
             return schema_missing().message
         return f"cannot use Postgres at {get_settings().database_url_masked}: {mask_secrets(text)}"
     if module.startswith(("redis", "kombu")):
-        from worker.config import get_settings
+        from chatq.settings import get_settings
 
         return f"cannot use Redis at {get_settings().redis_url_masked}: {mask_secrets(text)}"
     return mask_secrets(f"{type(exc).__name__}: {text}")

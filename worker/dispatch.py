@@ -11,44 +11,15 @@ from typing import TYPE_CHECKING, Any
 from kombu.exceptions import OperationalError as KombuOperationalError
 from redis import RedisError
 
-from worker.config import mask_secrets
+from chatq.settings import mask_secrets
 from worker.events import get_redis
+from worker.markers import sent_marker, set_markers
 from worker.payload import TASK_NAME, redacted_kwargs
 
 if TYPE_CHECKING:
     from worker.turns import NextTurn
 
 log = logging.getLogger(__name__)
-
-
-SENT_MARKER_TTL = 24 * 3600
-
-
-def sent_marker(turn_id: object) -> str:
-    """Redis key that exists while a turn's message waits in the queue.
-
-    It lives in the broker's own Redis, so it disappears exactly when the message would (a flush or
-    a restart of a Redis that keeps nothing on disk): the sweeper reads "no marker" as "message lost".
-    """
-    return f"chatq:sent:{turn_id}"
-
-
-def mark_taken(turn_id: object) -> None:
-    """A worker took the turn's message off the queue (best effort)."""
-    with contextlib.suppress(RedisError):
-        get_redis().delete(sent_marker(turn_id))
-
-
-def in_queue(turn_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
-    """Which of these turns still have a message waiting in Redis (as far as the markers tell)."""
-    try:
-        pipe = get_redis().pipeline(transaction=False)
-        for turn_id in turn_ids:
-            pipe.exists(sent_marker(turn_id))
-        found = pipe.execute()
-    except RedisError:
-        return set()
-    return {turn_id for turn_id, exists in zip(turn_ids, found, strict=True) if exists}
 
 
 def send_turn(message: Mapping[str, Any], *, queue: str, countdown: float | None = None) -> bool:
@@ -70,7 +41,7 @@ def send_turns(messages: Sequence[Mapping[str, Any]], *, queue: str, countdown: 
     from worker.app import app
 
     turn_ids = [str(message["turn_id"]) for message in messages]
-    _set_markers(turn_ids)
+    set_markers(turn_ids)
     sent: list[str] = []
     with app.producer_or_acquire() as producer:
         for message in messages:
@@ -102,18 +73,6 @@ def send_turns(messages: Sequence[Mapping[str, Any]], *, queue: str, countdown: 
         with contextlib.suppress(RedisError):
             get_redis().delete(*(sent_marker(turn_id) for turn_id in unsent))
     return len(sent)
-
-
-def _set_markers(turn_ids: Sequence[str]) -> None:
-    """Mark messages as waiting in the queue (best effort: without a marker the sweeper may later
-    send a harmless duplicate)."""
-    if not turn_ids:
-        return
-    with contextlib.suppress(RedisError):
-        pipe = get_redis().pipeline(transaction=False)
-        for turn_id in turn_ids:
-            pipe.set(sent_marker(turn_id), "1", ex=SENT_MARKER_TTL)
-        pipe.execute()
 
 
 def send_next(nxt: NextTurn | None) -> None:

@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
-from worker.config import mask_url
+from chatq.settings import mask_url
 from worker.errors import ConfigError
 
 ENV_FILES = (Path(".env"), Path(".local") / "services.env")

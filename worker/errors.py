@@ -1,34 +1,33 @@
-"""Errors of the worker package. Each docstring is the error's default, user-visible message."""
+"""Errors of the worker package. Each docstring is the error's default, user-visible message.
+
+The root and the errors every layer shares live in `chatq.errors`; they are re-exported here.
+"""
 
 from __future__ import annotations
 
+from chatq.errors import ChatqError, ConfigError, SessionNotFound, TurnNotFound
 
-class ChatqError(Exception):
-    """chatq failed."""
-
-    def __init__(self, message: str | None = None) -> None:
-        super().__init__(message or (self.__doc__ or "").strip())
-
-    @property
-    def message(self) -> str:
-        """The one-line, user-visible text of this error."""
-        return str(self.args[0]) if self.args else (self.__doc__ or "").strip()
-
-
-class ConfigError(ChatqError):
-    """The configuration in the environment is invalid."""
+__all__ = [
+    "ChatqError",
+    "CliError",
+    "ConfigError",
+    "HandBack",
+    "InvalidTurn",
+    "LeaseLost",
+    "NotCancellable",
+    "SchemaMissing",
+    "ServiceUnavailable",
+    "SessionBusy",
+    "SessionNotFound",
+    "TurnCancelled",
+    "TurnConflict",
+    "TurnExists",
+    "TurnNotFound",
+]
 
 
 class InvalidTurn(ChatqError):
     """The turn is invalid and was not run."""
-
-
-class SessionNotFound(ChatqError):
-    """No such session."""
-
-
-class TurnNotFound(ChatqError):
-    """No such turn."""
 
 
 class SessionBusy(ChatqError):

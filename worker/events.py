@@ -21,7 +21,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from worker.config import get_settings, mask_secrets
+from chatq.settings import get_settings, mask_secrets
 from worker.resp import pack, roundtrip
 
 log = logging.getLogger(__name__)

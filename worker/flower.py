@@ -154,7 +154,7 @@ def _check_unauthenticated_allowed(unauthenticated: bool, args: Sequence[str], e
 
 def run_flower(extra_args: list[str]) -> NoReturn:
     """Replace this process with Flower (signals then reach it directly), or raise ConfigError."""
-    from worker.config import get_settings
+    from chatq.settings import get_settings
 
     get_settings()  # a bad environment fails here, in one line, not inside Celery
     command, env = flower_command(extra_args, os.environ)

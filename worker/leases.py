@@ -17,9 +17,9 @@ from datetime import timedelta
 
 from sqlalchemy import func, select, update
 
+from chatq.settings import get_settings, mask_secrets
 from models.db import session_scope
 from models.tables import Turn, TurnStatus
-from worker.config import get_settings, mask_secrets
 
 log = logging.getLogger(__name__)
 

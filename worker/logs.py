@@ -3,7 +3,7 @@
 `CHATQ_LOG_FORMAT` = `auto` (default: JSON unless stderr is a terminal), `json` or `text`.
 Every record gets the `turn_id`, `session_id` and `attempt` of the turn the thread is running
 (a context variable set by the runner), and secrets in the rendered line and in tracebacks are
-masked (`worker.config.mask_secrets`: URL passwords and the configured secret values).
+masked (`chatq.settings.mask_secrets`: URL passwords and the configured secret values).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from worker.config import mask_secrets
+from chatq.settings import mask_secrets
 
 _turn: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("chatq_turn", default=None)
 

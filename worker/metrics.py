@@ -81,7 +81,7 @@ def serve_metrics(port: int | None = None, addr: str | None = None) -> int | Non
     It has no authentication, so it listens on CHATQ_METRICS_ADDR, 127.0.0.1 unless set: exposing
     it (0.0.0.0 for a Prometheus on another host or container) is the operator's explicit choice.
     """
-    from worker.config import get_settings
+    from chatq.settings import get_settings
 
     settings = get_settings()
     port = settings.metrics_port if port is None else port

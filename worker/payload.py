@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from worker.config import Settings, get_settings
+from chatq.settings import Settings, get_settings
 from worker.errors import InvalidTurn
 from worker.storable import BIGINT_MAX, json_problem, unstorable_char
 

@@ -16,11 +16,11 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from chatq.settings import get_settings
 from models.db import autocommit_scope, session_scope
 from models.knowledge import attach_knowledge_bases
 from models.tables import ACTIVE_STATUSES, ChatMessage, ChatSession, Turn, TurnStatus
 from worker import turns
-from worker.config import get_settings
 from worker.dispatch import kick_next, send_turn
 from worker.errors import InvalidTurn, NotCancellable, SessionBusy, TurnConflict, TurnExists, TurnNotFound
 from worker.events import EventType, TurnEvents

@@ -16,12 +16,12 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from chatq.settings import get_settings, mask_secrets
 from handlers.base import AgentMessage, StreamEvent, StreamEventKind, Usage
 from handlers.context import running_turn
 from handlers.errors import AgentInvocationError, HandlerError, UnknownFramework
 from models.tables import TurnStatus
 from worker import claims, metrics, turns
-from worker.config import get_settings, mask_secrets
 from worker.dispatch import kick_next, send_next, send_turn
 from worker.errors import HandBack, InvalidTurn, LeaseLost, TurnCancelled
 from worker.events import EventType, TextCoalescer, TurnEvents

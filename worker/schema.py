@@ -10,7 +10,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
-from worker.config import get_settings
+from chatq.settings import get_settings
 from worker.errors import SchemaMissing
 
 UNDEFINED_TABLE = "42P01"

@@ -97,7 +97,7 @@ def _ctrl_c_is_a_clean_stop(sender: Any = None, **_: Any) -> None:
 def _message_taken(request: Any = None, **_: Any) -> None:
     """The message left the queue: drop its sent-marker now, not when the task starts, so a worker
     that dies with messages reserved leaves them to the sweeper's grace period, not its patience."""
-    from worker.dispatch import mark_taken
+    from worker.markers import mark_taken
 
     task_id = getattr(request, "id", None)
     if task_id and getattr(request, "name", None) == "chatq.run_turn":

@@ -23,7 +23,7 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError, StatementError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
-from worker.config import mask_secrets
+from chatq.settings import mask_secrets
 
 BIGINT_MAX = 2**63 - 1
 """The largest value of a Postgres bigint (`reply_to`, message ids)."""

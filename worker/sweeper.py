@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from chatq.settings import get_settings
 from worker import turns
-from worker.config import get_settings
-from worker.dispatch import in_queue, send_turns
+from worker.dispatch import send_turns
+from worker.markers import in_queue
 
 log = logging.getLogger(__name__)
 

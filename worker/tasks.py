@@ -12,8 +12,8 @@ from celery import Task
 from celery.exceptions import InvalidTaskError
 from celery.signals import task_internal_error
 
+from chatq.settings import get_settings, mask_secrets
 from worker.app import app
-from worker.config import get_settings, mask_secrets
 from worker.errors import InvalidTurn
 from worker.payload import BATCH_QUEUE, INTERACTIVE_QUEUE, parse_turn_request, redacted_kwargs
 from worker.runner import Outcome, execute_turn, reject

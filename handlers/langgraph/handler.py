@@ -11,6 +11,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphRecursionError
 
+from chatq.settings import get_settings
 from handlers.base import AgentMessage, BaseAgentHandler, StreamEvent, StreamEventKind, Usage
 from handlers.errors import AgentInvocationError, HandlerError
 from handlers.knowledge import choose_citations, start_invocation
@@ -24,7 +25,6 @@ from handlers.lc.messages import content_text, to_agent_message, usage_from
 from handlers.lc.models import get_chat_model
 from handlers.lc.turn import EMPTY_REPLY, Deadline, astream_from, final_result, is_empty, model_name, prepare_turn
 from handlers.tools import session_tool_names
-from worker.config import get_settings
 
 __all__ = ["TOO_MANY_STEPS", "LangGraphHandler"]
 

@@ -12,8 +12,8 @@ import logging
 import openai
 from sqlalchemy.exc import DBAPIError
 
+from chatq.settings import mask_secrets
 from handlers.errors import AgentInvocationError, TurnTimeout
-from worker.config import mask_secrets
 
 __all__ = ["TurnTimeout", "invocation_error"]
 

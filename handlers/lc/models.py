@@ -10,10 +10,10 @@ import functools
 
 from langchain_core.language_models import BaseChatModel
 
+from chatq.settings import ECHO_MODEL, get_settings
 from handlers.errors import AgentInvocationError
 from handlers.images import VISION_MODELS_ENV, model_accepts_images
 from handlers.lc.echo import EchoChatModel
-from worker.config import ECHO_MODEL, get_settings
 
 __all__ = ["NO_KEY_PLACEHOLDER", "VISION_MODELS_ENV", "get_chat_model", "model_accepts_images"]
 

@@ -16,6 +16,7 @@ from langchain_core.messages.ai import add_ai_message_chunks
 from langchain_core.messages.utils import message_chunk_to_message
 from langchain_core.runnables import Runnable, RunnableConfig
 
+from chatq.settings import get_settings
 from handlers.base import AgentSession
 from handlers.deadline import Deadline
 from handlers.errors import EMPTY_REPLY, AgentInvocationError
@@ -24,7 +25,6 @@ from handlers.images import model_accepts_images
 from handlers.lc.messages import content_text, payloads_to_langchain, user_message
 from handlers.prompts import build_system_prompt
 from handlers.streaming import astream_from, final_result
-from worker.config import get_settings
 
 __all__ = [
     "EMPTY_REPLY",

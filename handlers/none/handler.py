@@ -16,6 +16,7 @@ from collections.abc import AsyncGenerator, Generator, Sequence
 
 from langchain_core.messages import AIMessageChunk
 
+from chatq.settings import get_settings
 from handlers.base import AgentMessage, BaseAgentHandler, StreamEvent, StreamEventKind, Usage
 from handlers.errors import AgentInvocationError, HandlerError
 from handlers.knowledge import choose_citations, retrieval_step, start_invocation
@@ -33,7 +34,6 @@ from handlers.lc.turn import (
     prepare_turn,
     stream_model,
 )
-from worker.config import get_settings
 
 __all__ = ["NoneHandler"]
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import openai
 
+from chatq.settings import ECHO_MODEL, get_settings
 from handlers.base import AgentMessage, BaseAgentHandler, StreamEvent, StreamEventKind, Usage, empty_usage
 from handlers.context import ToolContext
 from handlers.deadline import Deadline
@@ -32,7 +33,6 @@ from handlers.prompts import build_system_prompt
 from handlers.streaming import astream_from, final_result
 from handlers.tokens import MESSAGE_OVERHEAD_TOKENS, count_tokens
 from handlers.tools import get_tool, run_tool, session_tool_names
-from worker.config import ECHO_MODEL, get_settings
 
 __all__ = ["MAX_MODEL_CALLS", "TOO_MANY_STEPS", "PlainOpenAIHandler"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine, pool
 
+from chatq.settings import get_settings
 from models.tables import Base
-from worker.config import get_settings
 
 config = context.config
 target_metadata = Base.metadata

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 @contextmanager
 def environ(**values: str) -> Iterator[None]:
     """Set environment variables and re-read settings; restore both afterwards."""
-    from worker.config import reset_settings
+    from chatq.settings import reset_settings
 
     saved = {key: os.environ.get(key) for key in values}
     os.environ.update(values)

@@ -61,7 +61,7 @@ def test_a_rediss_url_with_a_password_configures_the_broker_and_is_masked(tmp_pa
     code = (
         "from worker.app import app; c = app.conf; import json;"
         "print(json.dumps([c.broker_url.startswith('rediss://'), bool(c.broker_use_ssl)]));"
-        "from worker.config import get_settings; print(get_settings().redis_url_masked)"
+        "from chatq.settings import get_settings; print(get_settings().redis_url_masked)"
     )
     env = {"REDIS_URL": "rediss://:hunter2@cache.example:6380/0", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout

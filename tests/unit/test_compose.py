@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from worker.config import Settings
+from chatq.settings import Settings
 from worker.errors import ConfigError
 from worker.flower import flower_command
 from worker.gateway.command import refuse_placeholder_token
@@ -288,8 +288,8 @@ def _documented_variables() -> set[str]:
 
 
 def test_the_contract_documents_every_setting() -> None:
-    """Every CHATQ_ variable worker/config.py reads is in docs/contract.md's configuration table."""
-    read = set(re.findall(r'"(CHATQ_[A-Z0-9_]+)"', (ROOT / "worker" / "config.py").read_text()))
+    """Every CHATQ_ variable chatq/settings.py reads is in docs/contract.md's configuration table."""
+    read = set(re.findall(r'"(CHATQ_[A-Z0-9_]+)"', (ROOT / "chatq" / "settings.py").read_text()))
     assert read and read <= _documented_variables(), sorted(read - _documented_variables())
 
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from chatq.settings import ECHO_MODEL, load_settings, mask_secrets, mask_url
 from tests.support.env import environ
-from worker.config import ECHO_MODEL, load_settings, mask_secrets, mask_url
 from worker.errors import ConfigError
 
 

@@ -1,4 +1,5 @@
-"""The error conventions: one errors module per package, a root per package, docstrings as messages."""
+"""The error conventions: one errors module per package, one root for the product (`chatq.errors.ChatqError`),
+docstrings as messages."""
 
 from __future__ import annotations
 
@@ -9,14 +10,17 @@ from types import ModuleType
 
 import pytest
 
+import chatq.errors
 import handlers.errors
 import models.errors
 import worker.errors
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("worker", "models", "handlers")
+PACKAGES = ("chatq", "worker", "models", "handlers")
 ERROR_MODULES: dict[ModuleType, type[Exception]] = {
-    worker.errors: worker.errors.ChatqError,
+    chatq.errors: chatq.errors.ChatqError,
+    # The worker's errors derive from the product's root directly (it re-exports the shared ones).
+    worker.errors: chatq.errors.ChatqError,
     models.errors: models.errors.ModelsError,
     handlers.errors: handlers.errors.HandlerError,
 }
@@ -34,7 +38,8 @@ def _error_classes(module: ModuleType) -> list[type[Exception]]:
 def test_every_error_derives_from_its_package_root_and_says_its_docstring(module: ModuleType) -> None:
     root = ERROR_MODULES[module]
     classes = _error_classes(module)
-    assert root in classes
+    assert classes
+    assert root in classes or module is worker.errors
     for cls in classes:
         assert issubclass(cls, root), f"{cls.__name__} does not derive from {root.__name__}"
         doc = (cls.__doc__ or "").strip()
@@ -45,9 +50,10 @@ def test_every_error_derives_from_its_package_root_and_says_its_docstring(module
         assert cls("a specific message").message == "a specific message"  # type: ignore[attr-defined]
 
 
-def test_package_roots_are_chatq_errors_where_users_see_them() -> None:
-    # The CLI and the gateway report a ChatqError in one line; the models package's errors reach them.
-    assert issubclass(models.errors.ModelsError, worker.errors.ChatqError)
+def test_every_package_root_is_the_one_product_root() -> None:
+    # The CLI and the gateway report a ChatqError in one line, whichever package raised it.
+    assert all(issubclass(root, chatq.errors.ChatqError) for root in ERROR_MODULES.values())
+    assert worker.errors.ChatqError is chatq.errors.ChatqError
 
 
 def _exception_names() -> set[str]:

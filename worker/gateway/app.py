@@ -24,7 +24,7 @@ from starlette.routing import Route
 from starlette.schemas import SchemaGenerator
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from worker.config import get_settings, mask_secrets
+from chatq.settings import get_settings, mask_secrets
 from worker.errors import (
     ChatqError,
     InvalidTurn,

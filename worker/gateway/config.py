@@ -1,6 +1,6 @@
 """The gateway's own environment variables, parsed and validated once at start.
 
-They live here rather than in `worker.config` because only `chatq serve` reads them:
+They live here rather than in `chatq.settings` because only `chatq serve` reads them:
 
 | variable | default | meaning |
 |---|---|---|
@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from worker.config import Settings, env_float, env_int, get_settings
+from chatq.settings import Settings, env_float, env_int, get_settings
 from worker.errors import ConfigError
 
 TOKEN_ENV = "CHATQ_API_TOKEN"

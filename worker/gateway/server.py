@@ -10,7 +10,7 @@ from urllib.parse import unquote_plus
 
 import uvicorn
 
-from worker.config import get_settings
+from chatq.settings import get_settings
 from worker.errors import ConfigError
 from worker.gateway.app import create_app
 from worker.gateway.auth import QUERY_TOKEN, is_loopback

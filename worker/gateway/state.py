@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from worker.config import get_settings, mask_secrets
+from chatq.settings import get_settings, mask_secrets
 from worker.gateway.auth import QUERY_TOKEN, bearer_token, token_matches
 from worker.gateway.config import GatewaySettings
 

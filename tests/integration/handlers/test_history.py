@@ -204,7 +204,7 @@ def test_the_prompt_is_paid_for_out_of_the_budget() -> None:
 
 def test_the_default_budget_comes_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     import handlers.history
-    from worker.config import get_settings
+    from chatq.settings import get_settings
 
     sid = create_session()
     for n in range(3):

@@ -12,13 +12,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from chatq.settings import reset_settings
 from models.db import session_scope
 from models.tables import Turn, TurnStatus
 from tests.support.env import environ
 from tests.support.fixtures import STUB_API_KEY
 from tests.support.openai_stub import OpenAIStub
 from tests.support.turns import replay_events, turn_messages
-from worker.config import reset_settings
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest, parse_turn_request
 from worker.producer import cancel_turn, create_session
 from worker.runner import Outcome, Result, execute_turn

@@ -12,9 +12,9 @@ import pytest
 import redis
 from sqlalchemy import func, update
 
+from chatq.settings import reset_settings
 from models.db import session_scope
 from models.tables import Turn, TurnStatus
-from worker.config import reset_settings
 from worker.producer import create_session, submit_turn
 from worker.sweeper import sweep_once
 

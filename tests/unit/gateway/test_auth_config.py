@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from worker.config import Settings
+from chatq.settings import Settings
 from worker.errors import ConfigError
 from worker.gateway.auth import bearer_token, host_header_is_loopback, is_loopback, token_matches
 from worker.gateway.config import largest_valid_body, load_gateway_settings

@@ -148,7 +148,7 @@ def test_paid_tools_are_not_defaults(scratch_tools: list[str]) -> None:
 
 @pytest.fixture
 def small_tool_output() -> Iterator[int]:
-    from worker.config import reset_settings
+    from chatq.settings import reset_settings
 
     saved = os.environ.get("CHATQ_MAX_TOOL_OUTPUT_CHARS")
     os.environ["CHATQ_MAX_TOOL_OUTPUT_CHARS"] = "100"

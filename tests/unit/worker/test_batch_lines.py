@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from chatq.settings import Settings
 from worker.batch import parse_batch
-from worker.config import Settings
 
 
 @pytest.mark.parametrize(

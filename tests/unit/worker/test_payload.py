@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 
-from worker.config import load_settings
+from chatq.settings import load_settings
 from worker.errors import InvalidTurn
 from worker.payload import (
     parse_turn_request,

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from worker.errors import ConfigError
+from chatq.errors import ConfigError
 
 DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@localhost:5432/chatq"
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"

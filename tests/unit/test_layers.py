@@ -1,0 +1,143 @@
+"""The packages are layers that point one way, and no module imports itself back through others.
+
+chatq (settings, root errors) < models (tables, storage) < handlers (agents) < worker (runtime,
+producer, CLI, gateway; celeryconfig beside it). Every import counts, also one inside a function
+(a lazy import still ties the modules together); only `if TYPE_CHECKING:` blocks are left out,
+since they never run. ruff's banned-api rule (the nested ruff.toml files) holds the same line at
+lint time; this test also sees the cycles within a layer.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LAYERS = {"chatq": 0, "models": 1, "handlers": 2, "worker": 3, "celeryconfig": 3}
+
+
+def _modules() -> dict[str, Path]:
+    found = {"celeryconfig": ROOT / "celeryconfig.py"}
+    for package in ("chatq", "models", "handlers", "worker"):
+        for path in (ROOT / package).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = path
+    return found
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            yield from (n for branch in node.orelse for n in _imports_in(branch))
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        yield from _imports(node)
+
+
+def _imports_in(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        yield node
+    yield from _imports(node)
+
+
+def _targets(node: ast.Import | ast.ImportFrom, modules: dict[str, Path]) -> set[str]:
+    names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+    if isinstance(node, ast.ImportFrom):
+        assert node.level == 0, "chatq uses absolute imports only"
+        base = node.module or ""
+        names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+    out = set()
+    for name in names:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        if name:
+            out.add(name)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        graph[name] = {t for node in _imports(tree) for t in _targets(node, modules)} - {name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            step = next(edges, None)
+            if step is not None:
+                if step not in index:
+                    index[step] = low[step] = len(index)
+                    stack.append(step)
+                    on_stack.add(step)
+                    work.append((step, iter(sorted(graph[step]))))
+                elif step in on_stack:
+                    low[node] = min(low[node], index[step])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def _layer(module: str) -> int:
+    return LAYERS[module.split(".", maxsplit=1)[0]]
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    upward = [
+        f"{module} -> {target}"
+        for module, targets in sorted(import_graph().items())
+        for target in sorted(targets)
+        if _layer(target) > _layer(module)
+    ]
+    assert upward == []
+
+
+def test_there_is_no_import_cycle() -> None:
+    assert _cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle_and_the_graph_sees_lazy_imports() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+    # worker.runner imports handlers only inside a function: the graph still has the edge.
+    assert "handlers" in import_graph()["worker.runner"]
