@@ -71,6 +71,13 @@ class Settings:
     """Port of each worker's Prometheus endpoint (`CHATQ_METRICS_PORT`; off when unset)."""
     metrics_addr: str = "127.0.0.1"
     """Address the metrics endpoint listens on (`CHATQ_METRICS_ADDR`): this machine only unless set."""
+    log_format: str = "auto"
+    """`json`, `text`, or `auto`: JSON when stderr is not a terminal (`CHATQ_LOG_FORMAT`)."""
+    vision_models: tuple[str, ...] = ()
+    """Extra model names that take images, for self-hosted vision models (`CHATQ_VISION_MODELS`, comma-separated)."""
+    prices: str | None = None
+    """Prices of models and paid tools: a JSON object, or the path of a file holding one, re-read when it
+    changes (`CHATQ_PRICES`; parsed by `handlers.accounting`)."""
 
     @property
     def redis_url_masked(self) -> str:
@@ -235,8 +242,24 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         plugins=_modules(env, "CHATQ_PLUGINS"),
         metrics_port=_port(env, "CHATQ_METRICS_PORT"),
         metrics_addr=_address(env, "CHATQ_METRICS_ADDR", "127.0.0.1"),
+        log_format=_choice(env, "CHATQ_LOG_FORMAT", ("auto", "json", "text")),
+        vision_models=_names(env, "CHATQ_VISION_MODELS"),
+        prices=(env.get("CHATQ_PRICES") or "").strip() or None,
     )
     return settings
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """One of `choices` (the first when unset), case-insensitive."""
+    raw = (env.get(name) or "").strip().lower() or choices[0]
+    if raw not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
+    return raw
+
+
+def _names(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """A comma-separated list, blanks dropped."""
+    return tuple(part.strip() for part in (env.get(name) or "").split(",") if part.strip())
 
 
 def _port(env: Mapping[str, str], name: str) -> int | None:

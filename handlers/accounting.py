@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from chatq.errors import ConfigError
-from chatq.settings import ECHO_MODEL
+from chatq.settings import ECHO_MODEL, get_settings
 from models.db import session_scope
 from models.tables import PaidToolCall, Turn, TurnStatus
 
@@ -159,9 +158,10 @@ def _cached(raw: str, mtime_ns: int | None) -> PriceTable:
         raise ConfigError(f"{PRICES_ENV}: cannot read {raw}: {exc.strerror or exc}") from None
 
 
-def load_prices(env: Mapping[str, str] | None = None) -> PriceTable:
-    """The price table of `CHATQ_PRICES` (empty when unset); a file is re-read when it changes."""
-    raw = (os.environ if env is None else env).get(PRICES_ENV, "").strip()
+def load_prices(raw: str | None = None) -> PriceTable:
+    """The price table of `CHATQ_PRICES` (or of `raw`, in its form; empty when unset); a file is
+    re-read when it changes."""
+    raw = (get_settings().prices if raw is None else raw.strip()) or ""
     if not raw:
         return PriceTable()
     if raw.startswith("{"):

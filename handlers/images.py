@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
 import re
+
+from chatq.settings import ECHO_MODEL, get_settings
 
 __all__ = ["VISION_MODELS_ENV", "image_url", "model_accepts_images"]
 
@@ -24,13 +25,10 @@ _IMAGE_MAGIC: tuple[tuple[bytes, str], ...] = (
 
 def model_accepts_images(model_name: str) -> bool:
     """True if `model_name` takes image inputs (known vision families, `CHATQ_VISION_MODELS`, echo)."""
-    from chatq.settings import ECHO_MODEL
-
     name = model_name.strip()
     if name == ECHO_MODEL:
         return True  # echo takes anything and ignores the images
-    extra = {m.strip() for m in os.environ.get(VISION_MODELS_ENV, "").split(",") if m.strip()}
-    if name in extra:
+    if name in get_settings().vision_models:
         return True
     # Provider prefixes ("openai/gpt-4o") are common behind gateways such as LiteLLM or OpenRouter.
     return bool(_VISION_PATTERN.search(name.rsplit("/", 1)[-1]))

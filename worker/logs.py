@@ -12,13 +12,12 @@ import contextlib
 import contextvars
 import json
 import logging
-import os
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from chatq.settings import mask_secrets
+from chatq.settings import get_settings, mask_secrets
 
 _turn: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("chatq_turn", default=None)
 
@@ -103,7 +102,7 @@ def quiet_http_clients() -> None:
 
 def use_json(stream: Any = None) -> bool:
     """Whether log lines should be JSON under `CHATQ_LOG_FORMAT`."""
-    choice = os.environ.get("CHATQ_LOG_FORMAT", "auto").strip().lower()
+    choice = get_settings().log_format
     if choice in ("json", "text"):
         return choice == "json"
     stream = stream or sys.stderr

@@ -21,7 +21,9 @@ def test_a_connection_the_server_closed_moments_ago_is_replaced_at_checkout() ->
     # connection outside the pool:
     outsider = create_engine(engine.url, poolclass=NullPool)
     with outsider.connect() as other:
-        assert other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": doomed_pid}).scalar_one()
+        # pg_terminate_backend only signals; wait (up to 5 s) until the backend has gone and so has
+        # closed its socket, or the checkout below can still find a live connection.
+        assert other.execute(text("SELECT pg_terminate_backend(:pid, 5000)"), {"pid": doomed_pid}).scalar_one()
         other.commit()
     outsider.dispose()
     for _ in range(3):

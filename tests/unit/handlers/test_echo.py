@@ -6,6 +6,7 @@ from collections.abc import Iterator
 import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, SystemMessage
 
+from chatq.settings import reset_settings
 from handlers.lc.echo import EMPTY_ECHO, EchoChatModel
 from handlers.lc.models import VISION_MODELS_ENV, get_chat_model, model_accepts_images
 from handlers.lc.turn import Deadline, collect, stream_model
@@ -56,11 +57,13 @@ def test_get_chat_model_caches_per_process() -> None:
 @pytest.fixture
 def no_extra_vision_models() -> Iterator[None]:
     saved = os.environ.pop(VISION_MODELS_ENV, None)
+    reset_settings()
     yield
     if saved is None:
         os.environ.pop(VISION_MODELS_ENV, None)
     else:
         os.environ[VISION_MODELS_ENV] = saved
+    reset_settings()
 
 
 @pytest.mark.usefixtures("no_extra_vision_models")
@@ -70,4 +73,5 @@ def test_model_accepts_images() -> None:
     for name in ("gpt-3.5-turbo", "llama3", "mistral-7b"):
         assert not model_accepts_images(name), name
     os.environ[VISION_MODELS_ENV] = "llama3, qwen2-vl"
+    reset_settings()
     assert model_accepts_images("llama3") and model_accepts_images("qwen2-vl")

@@ -130,7 +130,7 @@ def test_price_tables() -> None:
     assert full.tool_price("search_knowledge_base") == Decimal("0.002")
     assert full.tool_price("other", 0.5) == Decimal("0.5")
     assert full.currency == "EUR"
-    assert load_prices({}) == PriceTable()
+    assert load_prices("") == PriceTable()
 
 
 @pytest.mark.parametrize(
@@ -153,9 +153,9 @@ def test_bad_price_tables_are_one_clear_line(raw: str, fragment: str) -> None:
 def test_price_table_from_a_file(tmp_path: Path) -> None:
     path = tmp_path / "prices.json"
     path.write_text('{"tools": {"t": 0.25}}')
-    assert load_prices({"CHATQ_PRICES": str(path)}).tool_price("t") == Decimal("0.25")
+    assert load_prices(str(path)).tool_price("t") == Decimal("0.25")
     path.write_text('{"tools": {"t": 0.5}}')
     os.utime(path, ns=(1, 2))  # a different mtime: the file is read again
-    assert load_prices({"CHATQ_PRICES": str(path)}).tool_price("t") == Decimal("0.5")
+    assert load_prices(str(path)).tool_price("t") == Decimal("0.5")
     with pytest.raises(ConfigError, match="neither a JSON object nor a readable file"):
-        load_prices({"CHATQ_PRICES": str(tmp_path / "missing.json")})
+        load_prices(str(tmp_path / "missing.json"))
