@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import pytest
 from sqlalchemy import update
 
+from chatq.settings import reset_settings
 from handlers.accounting import record_tool_call
 from models.db import session_scope
 from models.tables import ChatSession, Turn
@@ -35,6 +36,7 @@ def prices(value: str | None) -> Iterator[None]:
         os.environ.pop("CHATQ_PRICES", None)
     else:
         os.environ["CHATQ_PRICES"] = value
+    reset_settings()  # CHATQ_PRICES is read through the settings
     try:
         yield
     finally:
@@ -42,6 +44,7 @@ def prices(value: str | None) -> Iterator[None]:
             os.environ.pop("CHATQ_PRICES", None)
         else:
             os.environ["CHATQ_PRICES"] = saved
+        reset_settings()
 
 
 def _turn(session_id: uuid.UUID, prompt: int, completion: int) -> uuid.UUID:
