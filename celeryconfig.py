@@ -8,7 +8,7 @@ from __future__ import annotations
 import ssl
 from urllib.parse import parse_qs, urlsplit
 
-from kombu import Queue
+from kombu import Exchange, Queue
 
 from chatq.settings import get_settings
 
@@ -70,8 +70,15 @@ worker_prefetch_multiplier = 1
 worker_cancel_long_running_tasks_on_connection_loss = False
 
 # Interactive turns and batch conversations on separate queues so a big batch never delays a chat.
+# Each queue has an exchange and routing key of its own: two queues sharing a binding would each
+# get a copy of every message published to it (a retry of a message that named that exchange).
 task_default_queue = "chatq"
-task_queues = (Queue("chatq"), Queue("chatq.batch"))
+task_default_exchange = "chatq"
+task_default_routing_key = "chatq"
+task_queues = (
+    Queue("chatq", Exchange("chatq", type="direct"), routing_key="chatq"),
+    Queue("chatq.batch", Exchange("chatq.batch", type="direct"), routing_key="chatq.batch"),
+)
 task_routes = {"chatq.run_turn": {"queue": "chatq"}, "chatq.sweep": {"queue": "chatq"}}
 
 # Task events for Flower (and `celery events`).

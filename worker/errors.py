@@ -14,6 +14,7 @@ __all__ = [
     "HandBack",
     "InvalidTurn",
     "LeaseLost",
+    "MessageRefused",
     "NotCancellable",
     "SchemaMissing",
     "ServiceUnavailable",
@@ -22,12 +23,21 @@ __all__ = [
     "TurnCancelled",
     "TurnConflict",
     "TurnExists",
+    "TurnFailed",
     "TurnNotFound",
 ]
 
 
 class InvalidTurn(ChatqError):
     """The turn is invalid and was not run."""
+
+
+class TurnFailed(ChatqError):
+    """The turn failed."""
+
+
+class MessageRefused(ChatqError):
+    """A queue item is not a valid chatq task message."""
 
 
 class SessionBusy(ChatqError):

@@ -14,6 +14,7 @@ each child would count alone, which is one more reason chatq defaults to threads
 | chatq_tokens_total | counter | model, kind | prompt and completion tokens of succeeded turns |
 | chatq_turns_in_flight | gauge | | turns this worker is running now |
 | chatq_sweeper_actions_total | counter | action | resent (lost messages) and expired_lease (dead workers) |
+| chatq_messages_set_aside_total | counter | queue | malformed queue items refused and moved to `chatq.dead` |
 | chatq_queue_depth | gauge | queue | messages waiting in Redis per queue, read at scrape time |
 """
 
@@ -47,6 +48,9 @@ FIRST_TOKEN_SECONDS = Histogram(
 TOKENS = Counter("chatq_tokens_total", "Tokens of succeeded turns.", ["model", "kind"])
 IN_FLIGHT = Gauge("chatq_turns_in_flight", "Turns this worker is running now.")
 SWEEPER = Counter("chatq_sweeper_actions_total", "Sweeper actions.", ["action"])
+SET_ASIDE = Counter(
+    "chatq_messages_set_aside_total", "Queue items refused as malformed and moved to chatq.dead.", ["queue"]
+)
 
 
 class QueueDepthCollector(Collector):

@@ -56,6 +56,8 @@ class Result:
     """For RETRY and BUSY: seconds after which the task should be delivered again."""
     attempt: int = 0
     """The handler invocation this delivery ran (0 if none)."""
+    error: str | None = None
+    """For FAILED: why, as the turn stored or the rejection said it."""
 
 
 def execute_turn(request: TurnRequest, *, queue: str, worker: str) -> Result:
@@ -70,8 +72,9 @@ def execute_turn(request: TurnRequest, *, queue: str, worker: str) -> Result:
         except Exception as exc:
             if not is_refusal(exc):
                 raise
-            reject(request.turn_id, request.session_id, refusal_message(exc, "the turn"))
-            return Result(outcome=Outcome.FAILED)
+            error = refusal_message(exc, "the turn")
+            reject(request.turn_id, request.session_id, error)
+            return Result(outcome=Outcome.FAILED, error=error)
 
 
 def _execute(request: TurnRequest, *, queue: str, worker: str) -> Result:
@@ -86,14 +89,14 @@ def _execute(request: TurnRequest, *, queue: str, worker: str) -> Result:
             turns.ensure_turn(request, queue=queue)
         except InvalidTurn as exc:
             reject(request.turn_id, request.session_id, exc.message)
-            return Result(outcome=Outcome.FAILED)
+            return Result(outcome=Outcome.FAILED, error=exc.message)
         claimed = claims.claim_turn(request.turn_id, worker=worker, session_id=request.session_id)
     status = claimed.status
     if status is claims.ClaimStatus.CONFLICT:
         # The turn belongs to another session: its own messages and events go on untouched, so
         # this message is refused with a log line only (its replay stream is the other turn's).
         log.warning("turn %s session %s: rejected: %s", request.turn_id, request.session_id, claimed.error)
-        return Result(outcome=Outcome.FAILED)
+        return Result(outcome=Outcome.FAILED, error=claimed.error)
     if status is claims.ClaimStatus.BUSY:
         log.info("turn %s: running elsewhere, checking again in %.1fs", request.turn_id, claimed.retry_after or 0)
         return Result(outcome=Outcome.BUSY, retry_after=(claimed.retry_after or 0) + 0.5)
@@ -106,7 +109,9 @@ def _execute(request: TurnRequest, *, queue: str, worker: str) -> Result:
         events.publish(terminal, claimed.attempt, **fields)
         log.warning("turn %s session %s: ended %s at claim", request.turn_id, request.session_id, status.value)
         kick_next(request.session_id)
-        return Result(outcome=Outcome.FAILED if terminal is EventType.ERROR else Outcome.CANCELLED)
+        if terminal is EventType.ERROR:
+            return Result(outcome=Outcome.FAILED, attempt=claimed.attempt, error=claimed.error)
+        return Result(outcome=Outcome.CANCELLED)
     if claimed.claim is None:
         log.debug("turn %s: nothing to claim (%s)", request.turn_id, status.value)
         return Result(outcome=Outcome.SKIPPED)
@@ -358,7 +363,7 @@ def fail(claim: claims.Claim, events: TurnEvents, error: str) -> Result:
         "turn %s session %s: failed after attempt %d: %s", claim.turn_id, claim.session.id, claim.attempt, error
     )
     send_next(ended.next_turn)
-    return Result(outcome=Outcome.FAILED, attempt=claim.attempt)
+    return Result(outcome=Outcome.FAILED, attempt=claim.attempt, error=error)
 
 
 def reject(turn_id: uuid.UUID, session_id: uuid.UUID | None, error: str) -> None:
@@ -371,6 +376,12 @@ def reject(turn_id: uuid.UUID, session_id: uuid.UUID | None, error: str) -> None
     log.warning("turn %s session %s: rejected: %s", turn_id, session_id, error)
     if turn_id.int == 0 or session_id is None:
         return
+    publish_rejection(turn_id, session_id, error)
+
+
+def publish_rejection(turn_id: uuid.UUID, session_id: uuid.UUID, error: str) -> None:
+    """The `error` event of a refused message, unless a valid turn with its id exists."""
+    error = clean_text(mask_secrets(error))
     try:
         if turns.turn_exists(turn_id):
             return

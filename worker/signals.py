@@ -20,6 +20,7 @@ from celery.signals import (
     worker_shutting_down,
 )
 
+from chatq.settings import mask_secrets
 from worker.heap import freeze_startup_objects
 from worker.leases import begin_hand_back
 from worker.logs import configure_handlers, quiet_http_clients
@@ -39,10 +40,12 @@ def _setup_task_logging(logger: logging.Logger, **_: Any) -> None:
 
 
 @worker_init.connect
-def _on_worker_init(**_: Any) -> None:
+def _on_worker_init(sender: Any = None, **_: Any) -> None:
     """Import the agent adapters once at start (the first turn would pay seconds of imports) and
     start the metrics endpoint if CHATQ_METRICS_PORT is set."""
     from handlers import framework_names, load_handler_class
+    from worker.bindings import drop_stray_bindings
+    from worker.events import get_redis
     from worker.metrics import serve_metrics
 
     for framework in framework_names():
@@ -51,6 +54,11 @@ def _on_worker_init(**_: Any) -> None:
         except Exception as exc:  # a broken adapter fails its own turns, not the worker
             log.warning("could not preload the %s handler: %s", framework, exc)
     serve_metrics()
+    try:
+        # Before a retry can follow one (the consumer declares the queues themselves).
+        drop_stray_bindings(get_redis(), tuple(sender.app.conf.task_queues))
+    except Exception as exc:  # Redis may not be up yet; every sweep does it again
+        log.warning("could not check the queue bindings: %s", mask_secrets(str(exc)))
 
 
 @worker_ready.connect

@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 
 from chatq.settings import get_settings
-from worker import turns
+from worker import bindings, turns
 from worker.dispatch import send_turns
 from worker.markers import in_queue
 
@@ -34,17 +34,10 @@ class SweepReport:
 
 
 def declare_queues() -> None:
-    """Declare chatq's queues again (cheap and idempotent).
-
-    A Redis that lost its data (FLUSHDB, a restart without persistence) also lost kombu's queue
-    bindings, and producers that declared them before will not again: their messages would go
-    nowhere until someone declares the queues. Each sweep does, bounding that window.
-    """
+    """Declare chatq's queues again and drop stray bindings (`worker.bindings`)."""
     from worker.app import app
 
-    with app.connection_for_write() as connection:
-        for queue in app.conf.task_queues:
-            queue(connection.default_channel).declare()
+    bindings.declare_queues(app)
 
 
 def sweep_once() -> SweepReport:

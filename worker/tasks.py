@@ -14,7 +14,7 @@ from celery.signals import task_internal_error
 
 from chatq.settings import get_settings, mask_secrets
 from worker.app import app
-from worker.errors import InvalidTurn
+from worker.errors import InvalidTurn, TurnFailed
 from worker.payload import BATCH_QUEUE, INTERACTIVE_QUEUE, parse_turn_request, redacted_kwargs
 from worker.runner import Outcome, execute_turn, reject
 from worker.storable import OUTAGE_ERRORS
@@ -37,9 +37,14 @@ INFRASTRUCTURE_ERRORS = OUTAGE_ERRORS
     # Retry budget of AgentInvocationError lives in Postgres (`attempts`, CHATQ_MAX_ATTEMPTS), which
     # survives redelivery; Celery's counter does not, so it is not the limit here.
     max_retries=None,
+    # A failed turn ends its task in FAILURE (Flower's Failed view, alerts on task states), logged
+    # as expected: one line, no traceback, and no Celery retry.
+    throws=(TurnFailed,),
 )
 def run_turn(self: Task[Any, Any], *args: Any, **kwargs: Any) -> str:
     """Run one chat turn (docs/contract.md, "The task")."""
+    # The queue the message was taken from (worker.intake rewrites delivery_info to say so): every
+    # re-send goes back there, whatever exchange the producer's envelope named.
     delivery = getattr(self.request, "delivery_info", None) or {}
     queue = delivery.get("routing_key") or INTERACTIVE_QUEUE
     if queue not in (INTERACTIVE_QUEUE, BATCH_QUEUE):
@@ -50,7 +55,7 @@ def run_turn(self: Task[Any, Any], *args: Any, **kwargs: Any) -> str:
         request = parse_turn_request(kwargs, task_id=self.request.id)
     except InvalidTurn as exc:
         reject(*_ids(kwargs, self.request.id), exc.message)
-        return Outcome.FAILED.value
+        raise TurnFailed(f"rejected: {exc.message}") from None
     try:
         result = execute_turn(request, queue=queue, worker=self.request.hostname or "worker")
     except INFRASTRUCTURE_ERRORS as exc:
@@ -61,9 +66,12 @@ def run_turn(self: Task[Any, Any], *args: Any, **kwargs: Any) -> str:
             countdown,
             mask_secrets(str(exc)).splitlines()[0],
         )
-        raise self.retry(exc=exc, countdown=countdown, **_hidden(kwargs)) from None
+        raise self.retry(exc=exc, countdown=countdown, queue=queue, **_hidden(kwargs)) from None
     if result.outcome in (Outcome.RETRY, Outcome.BUSY):
-        raise self.retry(countdown=result.retry_after or get_settings().retry_delay, **_hidden(kwargs))
+        countdown = result.retry_after or get_settings().retry_delay
+        raise self.retry(countdown=countdown, queue=queue, **_hidden(kwargs))
+    if result.outcome is Outcome.FAILED:
+        raise TurnFailed(result.error)
     return result.outcome.value
 
 

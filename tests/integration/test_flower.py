@@ -202,3 +202,21 @@ def test_prometheus_metrics_with_credentials(flower: FlowerProcess) -> None:
     assert "flower_events_total" in body
     assert "flower_worker_online" in body
     assert "hello flower" not in body
+
+
+def test_a_failed_turn_is_a_failed_task_without_a_traceback(
+    flower: FlowerProcess, worker: WorkerProcess, openai_stub: OpenAIStub
+) -> None:
+    from worker.producer import create_session, submit_turn
+
+    session_id = create_session(framework="none", model="gpt-4o-mini")
+    turn = submit_turn(session_id, "private words [fail]")
+    task = _finished_task(flower, str(turn.turn_id))
+    assert task["state"] == "FAILURE", task
+    assert "TurnFailed" in (task.get("exception") or ""), task
+    assert "private words" not in json.dumps(task)
+    # Once, not retried by Celery, and logged as expected: one line, no traceback.
+    status, body = flower.get("/api/tasks?state=FAILURE&limit=100")
+    assert status == 200 and str(turn.turn_id) in json.loads(body)
+    _eventually(lambda: True if f"{turn.turn_id}] raised expected" in worker.log() else None, "the log line")
+    assert "Traceback" not in worker.log()

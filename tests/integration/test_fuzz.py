@@ -19,7 +19,7 @@ from models.tables import ChatMessage, Turn
 from tests.support.turns import wait_for_turn
 from tests.support.workers import WorkerProcess
 from worker.cli import main
-from worker.errors import ChatqError
+from worker.errors import ChatqError, TurnFailed
 from worker.producer import create_session, submit_turn
 
 FUZZ = settings(
@@ -152,8 +152,10 @@ def test_the_task_rejects_malformed_payloads_and_stores_nothing(
 
     turn_id, payload = case
     result = run_turn.apply(kwargs=payload, task_id=turn_id)
-    assert result.successful(), result.traceback
-    assert result.result == "failed"
+    # Rejected: the task ends in FAILURE with the one-line reason, not with a crash.
+    assert result.failed(), result.result
+    assert isinstance(result.result, TurnFailed), result.traceback
+    assert result.result.message.startswith("rejected: ") and "\n" not in result.result.message
     assert _stored(turn_id) == 0
 
 

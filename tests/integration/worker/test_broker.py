@@ -48,3 +48,23 @@ def test_messages_published_on_the_shared_client_arrive_in_order(redis_url: str)
                 message.ack()
             simple.queue.delete()
     assert received == [0, 1, 2, 3, 4]
+
+
+def test_each_queue_has_its_own_binding_and_an_earlier_releases_shared_one_is_dropped(redis_url: str) -> None:
+    import redis
+
+    from worker.sweeper import declare_queues
+
+    client = redis.Redis.from_url(redis_url)
+    stray = "chatq\x06\x16\x06\x16chatq.batch"  # both queues on exchange chatq, as before
+    client.sadd("_kombu.binding.chatq", stray)
+    client.sadd("_kombu.binding_permanent.chatq", stray)
+    declare_queues()
+    assert client.smembers("_kombu.binding.chatq") == {b"chatq\x06\x16\x06\x16chatq"}
+    assert client.smembers("_kombu.binding_permanent.chatq") == {b"chatq\x06\x16\x06\x16chatq"}
+    assert client.smembers("_kombu.binding.chatq.batch") == {b"chatq.batch\x06\x16\x06\x16chatq.batch"}
+    with Connection(redis_url, transport=Transport) as connection:
+        channel = connection.default_channel
+        assert set(channel._lookup("chatq", "chatq")) == {"chatq"}
+        assert set(channel._lookup("chatq.batch", "chatq.batch")) == {"chatq.batch"}
+    client.close()
