@@ -54,7 +54,9 @@ class Settings:
     max_deliveries: int = 3
     """Claims of one turn before it is declared poison and failed (`CHATQ_MAX_DELIVERIES`)."""
     sweep_interval: float = 10.0
-    """Seconds between sweeper runs under `chatq beat` (`CHATQ_SWEEP_INTERVAL`)."""
+    """Seconds between sweeps, in every worker and under `chatq beat` (`CHATQ_SWEEP_INTERVAL`)."""
+    worker_sweep: bool = True
+    """Whether each `chatq worker` runs the sweep on its own timer (`CHATQ_WORKER_SWEEP`, `on`/`off`)."""
     requeue_grace: float = 30.0
     """Seconds a runnable queued turn may wait before the sweeper re-sends it (`CHATQ_REQUEUE_GRACE`)."""
     event_retention: int = 3_600
@@ -234,6 +236,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         lease_seconds=env_float(env, "CHATQ_LEASE_SECONDS", 30.0, minimum=1.0),
         max_deliveries=env_int(env, "CHATQ_MAX_DELIVERIES", 3, minimum=1),
         sweep_interval=env_float(env, "CHATQ_SWEEP_INTERVAL", 10.0, minimum=0.2),
+        worker_sweep=_switch(env, "CHATQ_WORKER_SWEEP", default=True),
         requeue_grace=env_float(env, "CHATQ_REQUEUE_GRACE", 30.0, minimum=0.0),
         event_retention=env_int(env, "CHATQ_EVENT_RETENTION", 3_600, minimum=600),
         text_coalesce_ms=env_float(env, "CHATQ_TEXT_COALESCE_MS", 0.0, minimum=0.0),
@@ -255,6 +258,19 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
     if raw not in choices:
         raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
     return raw
+
+
+_ON, _OFF = ("on", "true", "yes", "1"), ("off", "false", "no", "0")
+
+
+def _switch(env: Mapping[str, str], name: str, *, default: bool) -> bool:
+    """`on`/`off` (also true/false, yes/no, 1/0), case-insensitive; `default` when unset."""
+    raw = (env.get(name) or "").strip().lower()
+    if not raw:
+        return default
+    if raw not in _ON + _OFF:
+        raise ConfigError(f"{name} must be on or off, got {raw!r}")
+    return raw in _ON
 
 
 def _names(env: Mapping[str, str], name: str) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import NullPool
 
 from chatq.settings import get_settings, mask_secrets
 
@@ -130,11 +131,41 @@ def autocommit_scope() -> Iterator[Connection]:
         yield connection.execution_options(isolation_level="AUTOCOMMIT")
 
 
+def _unpooled_engine() -> Engine:
+    pid = os.getpid()
+    with _lock:
+        engine = _state.get("unpooled")
+        if isinstance(engine, Engine) and _state.get("unpooled_pid") == pid:
+            return engine
+        engine = create_engine(
+            get_settings().database_url,
+            poolclass=NullPool,
+            hide_parameters=True,
+            connect_args={"connect_timeout": 5, "application_name": "chatq"},
+        )
+        _state.update(unpooled=engine, unpooled_pid=pid)
+        return engine
+
+
+@contextmanager
+def unpooled_connection() -> Iterator[Connection]:
+    """A Core connection of its own, in autocommit mode, closed (not pooled) when the block ends.
+
+    For session-level state such as advisory locks: the Postgres session ends with the block (or
+    with the process, however it dies), and every session-level lock it took goes with it. A pooled
+    connection would carry such a lock on to whoever checks it out next.
+    """
+    with _unpooled_engine().connect() as connection:
+        yield connection.execution_options(isolation_level="AUTOCOMMIT")
+
+
 def dispose_engine() -> None:
     """Close the pool (tests that switch databases, and shutdown)."""
     with _lock:
         engine = _state.pop("engine", None)
         _state.pop("factory", None)
         _state.pop("pid", None)
+        _state.pop("unpooled", None)
+        _state.pop("unpooled_pid", None)
     if isinstance(engine, Engine):
         engine.dispose()

@@ -1,4 +1,5 @@
-"""The sweeper (`chatq beat` runs it every CHATQ_SWEEP_INTERVAL seconds).
+"""The sweeper (every worker runs it every CHATQ_SWEEP_INTERVAL seconds, worker/sweep_timer.py;
+`chatq beat` can too, through the `chatq.sweep` task).
 
 Redis is only transport and keeps nothing on disk, so Postgres is searched for turns whose
 message can no longer arrive: runnable `queued` turns not sent for CHATQ_REQUEUE_GRACE seconds,
@@ -9,9 +10,14 @@ decides who runs them, and a turn whose workers keep dying is failed there (CHAT
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+from sqlalchemy import text
+
 from chatq.settings import get_settings
+from models.db import unpooled_connection
 from worker import bindings, turns
 from worker.dispatch import send_turns
 from worker.markers import in_queue
@@ -59,3 +65,33 @@ def sweep_once() -> SweepReport:
     if resend:
         log.info("sweeper re-sent %d turn(s), %d after an expired lease", len(resend), len(expired))
     return SweepReport(resent=len(resend), expired_leases=len(expired))
+
+
+SWEEP_LOCK_KEY = int.from_bytes(b"chatq.sw", "big")
+"""The Postgres advisory lock that one sweep at a time holds (locks are per database, so chatq
+deployments sharing a server never meet)."""
+
+
+@contextmanager
+def sweep_lock() -> Iterator[bool]:
+    """Take the sweep lock for the block if nobody holds it; yields whether this caller got it.
+
+    Never waits: a worker (or beat) that does not get it skips this round. The lock is a
+    session-level Postgres advisory lock, not a Redis key with an expiry: the sweep's data lives in
+    Postgres, a Redis that lost its keys (when sweeps matter most) cannot drop the lock under a
+    running sweep, and Postgres itself releases it when the holder's connection ends, even under
+    `kill -9`, so there is no expiry to tune against the longest sweep. The connection is its own
+    (never pooled) and closing it at the end of the block is what releases the lock.
+    """
+    with unpooled_connection() as connection:
+        held = bool(connection.scalar(text("SELECT pg_try_advisory_lock(:key)"), {"key": SWEEP_LOCK_KEY}))
+        yield held
+
+
+def sweep_exclusively() -> SweepReport | None:
+    """One sweep unless another worker or beat is sweeping now (then None: this round is skipped)."""
+    with sweep_lock() as held:
+        if not held:
+            log.debug("sweep skipped: another process holds the sweep lock")
+            return None
+        return sweep_once()

@@ -96,10 +96,11 @@ def _ids(kwargs: dict[str, Any], task_id: str | None) -> tuple[uuid.UUID, uuid.U
 
 @app.task(name="chatq.sweep", ignore_result=True, acks_late=False)
 def sweep() -> dict[str, int]:
-    """Re-send lost turns and take over expired leases (run by `chatq beat`)."""
-    from worker.sweeper import sweep_once
+    """Re-send lost turns and take over expired leases (run by `chatq beat`, under the workers' sweep lock)."""
+    from worker.sweeper import sweep_exclusively
 
-    return sweep_once().as_dict()
+    report = sweep_exclusively()
+    return report.as_dict() if report is not None else {"skipped": 1}
 
 
 # Celery checks that the keyword arguments are a mapping before the task body runs, and reports a

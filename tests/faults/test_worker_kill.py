@@ -1,4 +1,8 @@
-"""kill -9 of a worker in the middle of a streaming turn: another worker and the sweeper finish it, once."""
+"""kill -9 of a worker in the middle of a streaming turn: another worker and the sweeper finish it, once.
+
+Here `chatq beat` sweeps and the workers' own sweeps are off (CHATQ_WORKER_SWEEP=off), so beat, the
+optional way, stays proven on its own; tests/faults/test_worker_sweeps.py runs the same fault without beat.
+"""
 
 from __future__ import annotations
 
@@ -49,7 +53,7 @@ def killed_turn(
     worker_env: dict[str, str], redis_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[KilledTurn]:
     """Two workers and beat; the worker running a slow turn is killed -9 once it has streamed a little."""
-    pool = Workers(worker_env)
+    pool = Workers({**worker_env, "CHATQ_WORKER_SWEEP": "off"})
     beat = Beat(worker_env, Path(tmp_path_factory.mktemp("beat-kill")))
     try:
         first, second = pool.start(2)

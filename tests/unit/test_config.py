@@ -32,6 +32,7 @@ def test_key_switches_the_default_model_and_is_not_in_repr() -> None:
         ({"CHATQ_METRICS_PORT": "nine"}, "CHATQ_METRICS_PORT must be a port number"),
         ({"CHATQ_METRICS_PORT": "70000"}, "CHATQ_METRICS_PORT must be a port number"),
         ({"CHATQ_METRICS_ADDR": "every where"}, "CHATQ_METRICS_ADDR must be an IP address"),
+        ({"CHATQ_WORKER_SWEEP": "sometimes"}, "CHATQ_WORKER_SWEEP must be on or off"),
     ],
 )
 def test_bad_values_fail_with_one_clear_line(env: dict[str, str], fragment: str) -> None:
@@ -39,6 +40,11 @@ def test_bad_values_fail_with_one_clear_line(env: dict[str, str], fragment: str)
         load_settings(env)
     assert fragment in str(info.value)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(("raw", "on"), [(None, True), ("on", True), ("OFF", False), ("0", False), ("true", True)])
+def test_the_in_worker_sweep_is_on_unless_switched_off(raw: str | None, on: bool) -> None:
+    assert load_settings({} if raw is None else {"CHATQ_WORKER_SWEEP": raw}).worker_sweep is on
 
 
 def test_libpq_urls_are_mapped_to_psycopg3() -> None:

@@ -1,0 +1,87 @@
+"""The sweep lock against real Postgres: one holder at a time, released when the holder ends or dies."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from sqlalchemy import text
+
+from models.db import unpooled_connection
+from tests.support.workers import ROOT
+from worker.sweeper import SWEEP_LOCK_KEY, SweepReport, sweep_exclusively, sweep_lock
+
+HOLD_LOCK = """
+import sys, time
+from worker.sweeper import sweep_lock
+with sweep_lock() as held:
+    print("held" if held else "refused", flush=True)
+    time.sleep(600)
+"""
+
+
+def _lock_holders() -> int:
+    """Postgres sessions holding the sweep lock right now, as pg_locks tells."""
+    with unpooled_connection() as connection:
+        return int(
+            connection.scalar(
+                text(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+                    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                    " AND ((classid::bigint << 32) | objid::bigint) = :key"
+                ),
+                {"key": SWEEP_LOCK_KEY},
+            )
+        )
+
+
+def test_a_second_try_fails_while_the_first_holds_the_lock_and_succeeds_after(chatq_env: dict[str, str]) -> None:
+    with sweep_lock() as first:
+        assert first
+        assert _lock_holders() == 1
+        with sweep_lock() as second:  # another connection, as another worker would have
+            assert not second
+        assert _lock_holders() == 1
+    assert _lock_holders() == 0
+    with sweep_lock() as again:
+        assert again
+
+
+def test_no_sweep_runs_while_another_holds_the_lock(chatq_env: dict[str, str]) -> None:
+    with sweep_lock() as held:
+        assert held
+        assert sweep_exclusively() is None
+    report = sweep_exclusively()
+    assert isinstance(report, SweepReport)
+
+
+@pytest.mark.timeout(60)
+def test_postgres_releases_the_lock_of_a_holder_killed_with_sigkill(chatq_env: dict[str, str]) -> None:
+    """No expiry to wait out: the lock goes with the dead holder's connection."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK],
+        cwd=ROOT,
+        env={**os.environ, **chatq_env},
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        with sweep_lock() as while_alive:
+            assert not while_alive
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait(10)
+    deadline = time.monotonic() + 30
+    while True:
+        with sweep_lock() as after_death:
+            if after_death:
+                break
+        assert time.monotonic() < deadline, "the killed holder's lock was never released"
+        time.sleep(0.05)
