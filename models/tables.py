@@ -31,7 +31,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # Stable constraint names so Alembic migrations can refer to them.
@@ -107,6 +107,13 @@ class Turn(Base):
             postgresql_where=text("status IN ('queued', 'running')"),
         ),
         Index("ix_turns_created_at", "created_at"),
+        # Finding the turns that stopped with a crashed one (`worker.turns.record_stops`).
+        Index(
+            "ix_turns_stopped",
+            "stopped_worker",
+            "stopped_at",
+            postgresql_where=text("stopped_at IS NOT NULL"),
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
@@ -134,6 +141,15 @@ class Turn(Base):
     lease_token: Mapped[uuid.UUID | None] = mapped_column(Uuid)
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     worker: Mapped[str | None] = mapped_column(String(255))
+    stopped_worker: Mapped[str | None] = mapped_column(String(255))
+    """The last worker that stopped while running this turn (its lease ran out unrenewed)."""
+    stopped_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """That lease's expiry. Turns that stopped together have it within a renewal interval of each
+    other; it is kept after the turn moves on, so they still find each other when taken over one by one."""
+    lone_crashes: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    """Of the crashed deliveries since the last clean end, those in which this was the only turn on its worker."""
+    crash_hosts: Mapped[list[str]] = mapped_column(ARRAY(Text), default=list, server_default=text("'{}'::text[]"))
+    """Hosts of the workers that stopped while running this turn since its last clean end."""
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     enqueued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), server_default=func.now())

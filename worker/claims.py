@@ -24,7 +24,7 @@ from models.db import autocommit_scope, connection_scope, session_scope
 from models.tables import ACTIVE_STATUSES, MESSAGE_POSITION_STRIDE, ChatMessage, Turn, TurnStatus
 from worker.errors import InvalidTurn
 from worker.payload import session_conflict, task_message
-from worker.turns import NextTurn, lock_session, next_in, session_info
+from worker.turns import NextTurn, lock_session, next_in, poison_reason, record_stops, session_info
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,9 @@ _FAST_CLAIM = text(
           AND t.session_id = coalesce(CAST(:session_id AS uuid), t.session_id)
           AND t.status = 'queued'
           AND NOT t.cancel_requested
-          AND t.deliveries < :max_deliveries
+          -- Not poison: the negation of `worker.turns.poison_reason`.
+          AND t.lone_crashes < :max_deliveries
+          AND NOT (cardinality(t.crash_hosts) >= 2 AND t.deliveries >= :max_deliveries)
           AND NOT EXISTS (
               SELECT 1 FROM turns e
               WHERE e.session_id = t.session_id AND e.position < t.position AND e.status IN ('queued', 'running')
@@ -228,18 +230,20 @@ def _claim_slow(turn_id: uuid.UUID, *, worker: str, expected_session: uuid.UUID 
         ).scalar_one()
         if earlier_active:
             return ClaimResult(status=ClaimStatus.BLOCKED)
+        if turn.status is TurnStatus.RUNNING:
+            # Its worker stopped: recorded before the turn moves on, whichever way (see `record_stops`).
+            record_stops(db, [turn_id])
+            db.refresh(turn)
         if turn.cancel_requested:
             turn.status = TurnStatus.CANCELLED
             turn.finished_at = now
             turn.lease_token = None
             turn.lease_expires_at = None
             return ClaimResult(status=ClaimStatus.CANCELLED, attempt=turn.attempts)
-        if turn.deliveries >= settings.max_deliveries:
+        poison = poison_reason(turn, max_deliveries=settings.max_deliveries)
+        if poison is not None:
             turn.status = TurnStatus.FAILED
-            turn.error = (
-                f"the turn was abandoned: its worker stopped {turn.deliveries} times while running it "
-                f"(CHATQ_MAX_DELIVERIES={settings.max_deliveries})"
-            )
+            turn.error = poison
             turn.finished_at = now
             turn.lease_token = None
             turn.lease_expires_at = None
@@ -422,6 +426,8 @@ def requeue_turn(claim: Claim, *, error: str | None = None, hand_back: bool = Fa
                 enqueued_at=func.now(),
                 # A clean hand-back is not a crash: only consecutive crashed deliveries count as poison.
                 deliveries=0,
+                lone_crashes=0,
+                crash_hosts=[],
                 attempts=Turn.attempts - 1 if hand_back else Turn.attempts,
             )
             .returning(Turn.id)

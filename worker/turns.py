@@ -1,4 +1,5 @@
-"""Turn rows in Postgres: creating turns, finding the next one to run, and the sweeper's search.
+"""Turn rows in Postgres: creating turns, finding the next one to run, the sweeper's search, and
+which crashes of a turn's workers count against it (poison).
 
 Postgres is the source of truth. Positions are taken under the session row lock, so concurrent
 submits never collide; claiming and ending turns live in `worker.claims`.
@@ -16,6 +17,7 @@ from sqlalchemy import (
     BigInteger,
     Connection,
     RowMapping,
+    Uuid,
     and_,
     bindparam,
     exists,
@@ -24,7 +26,7 @@ from sqlalchemy import (
     select,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -33,6 +35,7 @@ from handlers.base import SessionInfo
 from models.db import connection_scope, session_scope
 from models.tables import ACTIVE_STATUSES, MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
 from worker.errors import InvalidTurn, SessionNotFound, TurnExists
+from worker.leases import renewal_interval
 from worker.payload import TurnRequest
 
 log = logging.getLogger(__name__)
@@ -262,6 +265,10 @@ def stale_turns(
         queued_in_redis = in_queue(list(waiting)) if in_queue and waiting else set()
         # Floor: a tiny grace (tests, impatient operators) must still not re-send a backlog every sweep.
         patience_cutoff = now - timedelta(seconds=max(grace_seconds * patience, 30.0))
+        stopped = [turn.id for turn in rows if turn.status is TurnStatus.RUNNING]
+        if stopped:
+            # All in one statement, before any lease is cleared: turns that stopped together see each other.
+            record_stops(db, stopped)
         resend: list[NextTurn] = []
         expired: list[uuid.UUID] = []
         for turn in rows:
@@ -275,6 +282,72 @@ def stale_turns(
             turn.enqueued_at = now
             resend.append(_next_turn(db, turn))
         return resend, expired
+
+
+_RECORD_STOPS = text(
+    """
+    UPDATE turns t
+    SET stopped_worker = t.worker,
+        stopped_at = t.lease_expires_at,
+        lone_crashes = t.lone_crashes + CASE WHEN t.lease_expires_at IS NULL OR EXISTS (
+            -- Another turn whose lease on the same worker stopped being renewed at the same moment:
+            -- still running with it, or already moved on (its stop recorded).
+            SELECT 1 FROM turns o
+            WHERE o.id <> t.id
+              AND ((o.status = 'running' AND o.worker = t.worker
+                    AND o.lease_expires_at BETWEEN t.lease_expires_at - make_interval(secs => :window)
+                                               AND t.lease_expires_at + make_interval(secs => :window))
+                   OR (o.stopped_worker = t.worker
+                       AND o.stopped_at BETWEEN t.lease_expires_at - make_interval(secs => :window)
+                                            AND t.lease_expires_at + make_interval(secs => :window)))
+        ) THEN 0 ELSE 1 END,
+        crash_hosts = CASE WHEN h.host = ANY(t.crash_hosts) THEN t.crash_hosts ELSE t.crash_hosts || h.host END
+    FROM (
+        -- A Celery node name is `name@host`; a name without `@` is taken as its own host.
+        SELECT id, substring(coalesce(worker, '') FROM position('@' IN coalesce(worker, '')) + 1) AS host
+        FROM turns WHERE id = ANY(:turn_ids)
+    ) h
+    WHERE t.id = h.id AND t.status = 'running'
+    """
+).bindparams(bindparam("turn_ids", type_=ARRAY(Uuid)))
+
+
+def record_stops(db: Session, turn_ids: Sequence[uuid.UUID]) -> None:
+    """Record that the workers running these turns stopped: their leases ran out unrenewed.
+
+    The caller holds the turns' row locks, has seen them `running` with an expired lease and is
+    about to move them on. One statement for all of them, so turns of one worker handled together
+    see each other as they were; each turn keeps its stop (`stopped_worker`, `stopped_at`), so a
+    turn handled later still finds those moved before it. The window is a renewal interval either
+    side, and as much again for a slow renewal query: a live worker's leases sit about a lease
+    length ahead, well outside it.
+    """
+    window = 1.5 * renewal_interval(get_settings().lease_seconds)
+    db.execute(_RECORD_STOPS, {"turn_ids": list(turn_ids), "window": window})
+
+
+def poison_reason(turn: Turn, *, max_deliveries: int) -> str | None:
+    """Why a turn whose workers kept stopping is failed as poison, or None while it is not.
+
+    `deliveries` counts the crashed deliveries since the turn's last clean end. A crash counts
+    against the turn only when the turn is its likely cause: it was the only turn running on the
+    worker that stopped (`lone_crashes`), or it stopped workers on more than one host (then every
+    crash counts). A turn that merely ran beside others on a worker that died is not counted.
+    `worker.claims._FAST_CLAIM` claims only turns for which this is None: keep the two agreeing.
+    """
+    limit = f"(CHATQ_MAX_DELIVERIES={max_deliveries})"
+    if turn.lone_crashes >= max_deliveries:
+        if turn.lone_crashes == turn.deliveries:
+            times = f"each of the {turn.deliveries} times its worker stopped"
+        else:
+            times = f"{turn.lone_crashes} of the {turn.deliveries} times its worker stopped"
+        return f"the turn was abandoned: it was the only turn running {times} {limit}"
+    if len(turn.crash_hosts) >= 2 and turn.deliveries >= max_deliveries:
+        return (
+            f"the turn was abandoned: it stopped workers on {len(turn.crash_hosts)} hosts, "
+            f"{turn.deliveries} times in all {limit}"
+        )
+    return None
 
 
 _RECOUNT_HISTORY_TOTALS = text(
