@@ -15,12 +15,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import update
 
 from models.db import session_scope
-from models.tables import ChatSession
+from models.tables import ChatSession, Turn
 from tests.integration.gateway.conftest import TOKEN, GatewayProcess
 from tests.support.cli import chatq
 from tests.support.env import environ
+from tests.support.factories import add_turn, assistant, user
 from tests.support.fixtures import STUB_API_KEY
 from tests.support.openai_stub import OpenAIStub, message_text
 from tests.support.turns import replay_events, turn_messages, wait_for_turn, wait_for_turns
@@ -28,6 +30,7 @@ from tests.support.workers import WorkerProcess
 from worker.dispatch import send_turn
 from worker.payload import task_message
 from worker.producer import create_session, submit_turn
+from worker.queries import WORKER_DEFAULT, format_usage, usage_report
 
 pytestmark = pytest.mark.slow
 
@@ -170,3 +173,15 @@ def test_session_create_warns_when_this_terminal_lacks_the_models_key(
     assert offline.returncode == 0 and offline.stderr == ""
     with_url = chatq({**env, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}, "session", "create", "--model", "gpt-4o")
     assert with_url.returncode == 0 and with_url.stderr == ""
+
+
+def test_usage_shows_sessions_without_a_model_as_the_worker_default(chatq_env: dict[str, str]) -> None:
+    session_id = create_session()
+    turn = add_turn(session_id, [user("q"), assistant("a")])
+    with session_scope() as db:
+        db.execute(update(Turn).where(Turn.id == turn.id).values(prompt_tokens=3, completion_tokens=4, total_tokens=7))
+    report = usage_report(session_id)
+    (row,) = report["by_model"]
+    assert (row["model"], row["turns"], row["total_tokens"], row["estimated_cost"]) == (None, 1, 7, None)
+    assert report["unpriced_models"] == [WORKER_DEFAULT]
+    assert format_usage(report)[1].split() == ["(worker", "default)", "1", "3", "4", "7", "-"]
