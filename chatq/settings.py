@@ -30,7 +30,8 @@ class Settings:
     redis_url: str = DEFAULT_REDIS_URL
     """Broker and pub/sub URL (`REDIS_URL`; `rediss://` and passwords work)."""
     default_model: str = ECHO_MODEL
-    """Model of new sessions (`CHATQ_MODEL`; `echo` when no OpenAI key is set)."""
+    """Model of sessions that name none (`CHATQ_MODEL`; `echo` when no OpenAI key is set). Such a session
+    stores no model (NULL), so the worker running its turn decides, by the worker's environment."""
     openai_api_key: str | None = field(default=None, repr=False)
     """`OPENAI_API_KEY`, handed to langchain-openai and never logged."""
     openai_base_url: str | None = None
@@ -80,6 +81,20 @@ class Settings:
     prices: str | None = None
     """Prices of models and paid tools: a JSON object, or the path of a file holding one, re-read when it
     changes (`CHATQ_PRICES`; parsed by `handlers.accounting`)."""
+
+    def session_model(self, model: str | None) -> str:
+        """The model a session runs on here: its own, or `default_model` when it names none (NULL)."""
+        return (model or "").strip() or self.default_model
+
+    def model_unavailable(self, model: str) -> str | None:
+        """Why `model` cannot run with this configuration, or None when it can.
+
+        Every model but `echo` needs an OpenAI-compatible server: `OPENAI_API_KEY` or `OPENAI_BASE_URL`.
+        """
+        name = model.strip()
+        if name == ECHO_MODEL or self.openai_api_key or self.openai_base_url:
+            return None
+        return f"Model {name!r} needs OPENAI_API_KEY or OPENAI_BASE_URL; use the 'echo' model to run offline."
 
     @property
     def redis_url_masked(self) -> str:

@@ -117,7 +117,7 @@ class AgentSession(Protocol):
     @property
     def agent_framework(self) -> str: ...
     @property
-    def model(self) -> str: ...
+    def model(self) -> str | None: ...
     @property
     def system_prompt(self) -> str | None: ...
     @property
@@ -132,8 +132,9 @@ class SessionInfo:
     """The session id (a UUID)."""
     agent_framework: str
     """`"langgraph"`, `"none"` or another registered framework (see `handlers.FRAMEWORK_CHOICES`)."""
-    model: str
-    """The model name; `echo` is the built-in offline model."""
+    model: str | None
+    """The model name (`echo` is the built-in offline model); None: the running process's default
+    (`Settings.session_model`)."""
     system_prompt: str | None = None
     """The session's own instructions, placed before chatq's shared policy."""
     metadata_: Mapping[str, Any] | None = field(default=None)

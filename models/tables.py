@@ -82,7 +82,8 @@ class ChatSession(Base):
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
     agent_framework: Mapped[str] = mapped_column(String(64))
-    model: Mapped[str] = mapped_column(String(200))
+    model: Mapped[str | None] = mapped_column(String(200))
+    """The model its turns run on; NULL: the default model of the worker running each turn (its CHATQ_MODEL)."""
     system_prompt: Mapped[str | None] = mapped_column(Text)
     metadata_: Mapped[dict[str, Any]] = mapped_column(
         "metadata", JSONB, default=dict, server_default=text("'{}'::jsonb")

@@ -179,14 +179,13 @@ def submit_batch(batch_id: str, conversations: Sequence[Conversation], *, chunk:
     Only the first runnable turn of each conversation is sent: the worker sends a session's next
     turn as soon as the previous one ends, so a 10,000-turn batch costs one message per conversation.
     """
-    settings = get_settings()
     new_turns = 0
     found: list[Comparison] = []
     for start in range(0, len(conversations), chunk):
         part = conversations[start : start + chunk]
         stored = load_stored([session_uuid(batch_id, c.id) for c in part])
         fresh = [c for c in part if session_uuid(batch_id, c.id) not in stored]
-        created = _insert(batch_id, fresh, settings)
+        created = _insert(batch_id, fresh)
         new_turns += sum(len(c.turns) for c in fresh if session_uuid(batch_id, c.id) in created)
         raced = [session_uuid(batch_id, c.id) for c in fresh if session_uuid(batch_id, c.id) not in created]
         if raced:  # a concurrent run of the same batch stored them first
@@ -225,7 +224,7 @@ def submit_batch(batch_id: str, conversations: Sequence[Conversation], *, chunk:
     )
 
 
-def _insert(batch_id: str, conversations: Sequence[Conversation], settings: Settings) -> set[uuid.UUID]:
+def _insert(batch_id: str, conversations: Sequence[Conversation]) -> set[uuid.UUID]:
     """Store new conversations' sessions, turns and user messages; the ids of the sessions created."""
     if not conversations:
         return set()
@@ -236,7 +235,8 @@ def _insert(batch_id: str, conversations: Sequence[Conversation], settings: Sett
             {
                 "id": sid,
                 "agent_framework": conv.framework,
-                "model": conv.model or settings.default_model,
+                # None: NULL, the default model of the worker running each turn.
+                "model": conv.model,
                 "system_prompt": conv.system_prompt,
                 "metadata": {"batch": batch_id, "conversation": conv.id},
                 "next_turn_position": len(conv.turns),

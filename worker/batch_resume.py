@@ -139,7 +139,8 @@ def compare(conversation: Conversation, stored: StoredConversation, turn_id: Tur
     reasons = []
     if stored.framework != conversation.framework:
         reasons.append(f"session.framework was {stored.framework!r}")
-    # Without a model in the file the session took the default of its day; that is no edit.
+    # Without a model in the file the session stores none (the worker's default), or, if stored
+    # before that, the producer's default of its day; neither is an edit.
     if conversation.model is not None and stored.model != conversation.model:
         reasons.append(f"session.model was {stored.model!r}")
     if stored.system_prompt != conversation.system_prompt:

@@ -57,11 +57,20 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_session_create(args: argparse.Namespace) -> int:
+    from chatq.settings import get_settings
     from worker.producer import create_session
 
     session_id = create_session(
         framework=args.framework, model=args.model, system_prompt=args.system_prompt, knowledge_bases=args.kb
     )
+    # Only a warning: the worker, not this terminal, runs the turns and may well have the key.
+    if args.model and get_settings().model_unavailable(args.model):
+        print(
+            f"chatq: warning: model {args.model.strip()!r} needs OPENAI_API_KEY or OPENAI_BASE_URL, and this "
+            "terminal sets neither. The session was created; its turns run in a worker, so the worker's "
+            "environment is what counts: they fail unless the worker sets one of them.",
+            file=sys.stderr,
+        )
     if args.json:
         _print_json({"session_id": str(session_id)})
     else:
@@ -263,7 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument(
         "--framework", default="langgraph", help="agent framework: langgraph (default), none or plain_openai"
     )
-    create.add_argument("--model", help="model name (default: CHATQ_MODEL, or echo without an OpenAI key)")
+    create.add_argument(
+        "--model", help="model name (default: the worker's default model, CHATQ_MODEL of the worker running a turn)"
+    )
     create.add_argument("--system-prompt", help="the session's own instructions")
     create.add_argument(
         "--kb", action="append", default=[], metavar="KB", help="attach this knowledge base (repeatable)"

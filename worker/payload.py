@@ -104,11 +104,17 @@ def check_text(text: str, field: str) -> str:
     return text
 
 
-def validate_model(model: object, default: str) -> str:
-    """A session's model name (`default` when empty), checked for type, length and storable text."""
+def validate_model(model: object) -> str | None:
+    """A session's model name, checked for type, length and storable text; None when empty.
+
+    None is stored as NULL: the worker's default model, decided by the environment of the worker
+    that runs each turn, never by the producer's (`Settings.session_model`).
+    """
     if model is not None and not isinstance(model, str):
         raise InvalidTurn(f"model must be a string, got {type(model).__name__}")
-    name = (model or "").strip() or default
+    name = (model or "").strip()
+    if not name:
+        return None
     if len(name) > MAX_MODEL_CHARS:
         raise InvalidTurn(f"model name is longer than {MAX_MODEL_CHARS} characters")
     return check_text(name, "model")

@@ -83,11 +83,16 @@ def create_session(
     session_id: uuid.UUID | None = None,
     knowledge_bases: Sequence[str] = (),
 ) -> uuid.UUID:
-    """Create a chat session and return its id; `knowledge_bases` (names) are attached in the same transaction."""
+    """Create a chat session and return its id; `knowledge_bases` (names) are attached in the same transaction.
+
+    Without `model` the session stores none (NULL): each turn runs on the default model of the
+    worker that runs it (the worker's CHATQ_MODEL, or what its OPENAI_API_KEY implies).
+    """
     if framework not in FRAMEWORKS:
         raise InvalidTurn(f"unknown agent framework {framework!r}; choose one of: {', '.join(FRAMEWORKS)}")
     settings = get_settings()
-    model = validate_model(model, settings.default_model)
+    # No model: NULL, so the worker's default applies, not this process's (which may lack the key).
+    model = validate_model(model)
     system_prompt = validate_system_prompt(system_prompt, settings)
     stored_metadata = validate_metadata(metadata)
     for name in knowledge_bases:
@@ -106,7 +111,7 @@ def create_session(
         )
         if knowledge_bases:
             attach_knowledge_bases(new_id, knowledge_bases, db=db)
-    log.info("session %s created (framework %s, model %s)", new_id, framework, model)
+    log.info("session %s created (framework %s, model %s)", new_id, framework, model or "the worker's default")
     return new_id
 
 

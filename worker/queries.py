@@ -14,6 +14,8 @@ from worker.errors import SessionNotFound, TurnNotFound
 from worker.payload import parse_uuid
 
 COST_DECIMALS = 8
+WORKER_DEFAULT = "(worker default)"
+"""How `chatq usage` shows sessions that name no model (NULL: each worker's default model)."""
 
 
 def message_dict(row: ChatMessage) -> dict[str, Any]:
@@ -67,7 +69,8 @@ def usage_report(session_id: uuid.UUID | str | None = None, *, batch: str | None
     `units`, `cost`), `token_cost`, `estimated_cost` (token_cost + tool_cost), `unpriced_models`
     and `currency`. Tool costs are what each paid call cost when it was made; token costs are
     estimated now from `CHATQ_PRICES` (see `handlers.accounting`); a model without a price there
-    has `estimated_cost` None and is listed in `unpriced_models`.
+    has `estimated_cost` None and is listed in `unpriced_models`. Sessions that name no model (the
+    worker's default) are one row with `model` None, unpriced.
     """
     from handlers.accounting import load_prices
 
@@ -110,9 +113,10 @@ def usage_report(session_id: uuid.UUID | str | None = None, *, batch: str | None
         token_cost = Decimal(0)
         unpriced: list[str] = []
         for model, n, p, c, t in db.execute(query).all():
-            cost = prices.token_cost(model, int(p), int(c))
+            # NULL: sessions on the worker's default model, which this process cannot know to price.
+            cost = None if model is None else prices.token_cost(model, int(p), int(c))
             if cost is None:
-                unpriced.append(model)
+                unpriced.append(model or WORKER_DEFAULT)
             else:
                 token_cost += cost
             by_model.append(
@@ -161,7 +165,7 @@ def format_usage(report: dict[str, Any]) -> list[str]:
     lines = [f"{'model':<32} {'turns':>8} {'prompt':>12} {'completion':>12} {'total':>12} {'cost ' + currency:>14}"]
     for row in report["by_model"]:
         lines.append(
-            f"{row['model']:<32} {row['turns']:>8} {row['prompt_tokens']:>12} "
+            f"{row['model'] or WORKER_DEFAULT:<32} {row['turns']:>8} {row['prompt_tokens']:>12} "
             f"{row['completion_tokens']:>12} {row['total_tokens']:>12} {money(row.get('estimated_cost')):>14}"
         )
     lines.append(

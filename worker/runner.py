@@ -23,7 +23,7 @@ from handlers.errors import AgentInvocationError, HandlerError, UnknownFramework
 from models.tables import TurnStatus
 from worker import claims, metrics, turns
 from worker.dispatch import kick_next, send_next, send_turn
-from worker.errors import HandBack, InvalidTurn, LeaseLost, TurnCancelled
+from worker.errors import ConfigError, HandBack, InvalidTurn, LeaseLost, TurnCancelled
 from worker.events import EventType, TextCoalescer, TurnEvents
 from worker.leases import TurnLease, get_lease_keeper, handing_back
 from worker.logs import set_attempt, turn_context
@@ -142,13 +142,15 @@ def _run_claimed(claim: claims.Claim) -> Result:
         events = TurnEvents.resume_with(
             EventType.STARTED, claim.attempt, session_id=claim.session.id, turn_id=claim.turn_id
         )
+    # A session without a model (NULL) runs on this worker's default.
+    model = get_settings().session_model(claim.session.model)
     log.info(
         "turn %s session %s: attempt %d started (framework %s, model %s)",
         claim.turn_id,
         claim.session.id,
         claim.attempt,
         claim.session.agent_framework,
-        claim.session.model,
+        model,
     )
     keeper = get_lease_keeper()
     lease = keeper.register(claim.turn_id, claim.lease_token)
@@ -172,7 +174,8 @@ def _run_claimed(claim: claims.Claim) -> Result:
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     except AgentInvocationError as exc:
         return handle_agent_failure(claim, events, exc)
-    except (UnknownFramework, InvalidTurn, HandlerError) as exc:
+    except (UnknownFramework, InvalidTurn, HandlerError, ConfigError) as exc:
+        # Bad input or configuration (a model without its key): a retry would fail the same way.
         return fail(claim, events, exc.message)
     except Exception as exc:
         if is_outage(exc):
@@ -207,8 +210,8 @@ def _run_claimed(claim: claims.Claim) -> Result:
     framework = claim.session.agent_framework
     metrics.TURNS.labels("succeeded").inc()
     metrics.TURN_SECONDS.labels(framework).observe(time.monotonic() - started)
-    metrics.TOKENS.labels(claim.session.model, "prompt").inc(usage.get("prompt_tokens", 0))
-    metrics.TOKENS.labels(claim.session.model, "completion").inc(usage.get("completion_tokens", 0))
+    metrics.TOKENS.labels(model, "prompt").inc(usage.get("prompt_tokens", 0))
+    metrics.TOKENS.labels(model, "completion").inc(usage.get("completion_tokens", 0))
     events.publish(
         EventType.FINAL,
         claim.attempt,

@@ -30,7 +30,6 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from chatq.settings import get_settings
 from handlers.base import SessionInfo
 from models.db import connection_scope, session_scope
 from models.tables import ACTIVE_STATUSES, MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
@@ -53,11 +52,13 @@ def session_info(row: ChatSession) -> SessionInfo:
 
 
 def ensure_session(db: Session, session_id: uuid.UUID) -> None:
-    """Create a session with the defaults if it does not exist (turns sent straight through Redis)."""
-    settings = get_settings()
+    """Create a session with the defaults if it does not exist (turns sent straight through Redis).
+
+    The model is left NULL like that of any session created without one: the worker's default.
+    """
     db.execute(
         pg_insert(ChatSession)
-        .values(id=session_id, agent_framework="langgraph", model=settings.default_model, metadata_={})
+        .values(id=session_id, agent_framework="langgraph", model=None, metadata_={})
         .on_conflict_do_nothing(index_elements=[ChatSession.id])
     )
 

@@ -12,6 +12,7 @@ import logging
 import openai
 from sqlalchemy.exc import DBAPIError
 
+from chatq.errors import ConfigError
 from chatq.settings import mask_secrets
 from handlers.errors import AgentInvocationError, TurnTimeout
 
@@ -24,11 +25,12 @@ def invocation_error(exc: BaseException, *, timeout: float) -> AgentInvocationEr
     """The AgentInvocationError to raise for `exc` (returned as is when it already is one).
 
     Database errors (reading history while Postgres restarts) are not the agent's failure and must
-    not use up an attempt: they are re-raised unchanged, for the worker to retry the delivery.
+    not use up an attempt: they are re-raised unchanged, for the worker to retry the delivery. A
+    ConfigError (a model without the key it needs) is re-raised too: a retry would fail the same way.
     """
     if isinstance(exc, AgentInvocationError):
         return exc
-    if isinstance(exc, DBAPIError):
+    if isinstance(exc, DBAPIError | ConfigError):
         raise exc
     message = _message(exc, timeout)
     # The detail goes to the log only (masked); a traceback only for failures that are not the

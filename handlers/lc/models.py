@@ -10,8 +10,8 @@ import functools
 
 from langchain_core.language_models import BaseChatModel
 
+from chatq.errors import ConfigError
 from chatq.settings import ECHO_MODEL, get_settings
-from handlers.errors import AgentInvocationError
 from handlers.images import VISION_MODELS_ENV, model_accepts_images
 from handlers.lc.echo import EchoChatModel
 
@@ -22,15 +22,18 @@ NO_KEY_PLACEHOLDER = "chatq-no-key"
 
 
 def get_chat_model(model_name: str) -> BaseChatModel:
-    """The process's client for `model_name`: `echo` is the offline model, anything else ChatOpenAI."""
+    """The process's client for `model_name`: `echo` is the offline model, anything else ChatOpenAI.
+
+    Raises ConfigError when the model needs an OpenAI key or base URL this process does not have.
+    """
     name = model_name.strip()
     if name == ECHO_MODEL:
         return _echo()
     settings = get_settings()
-    if not settings.openai_api_key and not settings.openai_base_url:
-        raise AgentInvocationError(
-            f"Model {name!r} needs OPENAI_API_KEY or OPENAI_BASE_URL; use the 'echo' model to run offline."
-        )
+    problem = settings.model_unavailable(name)
+    if problem:
+        # Configuration, not a passing failure: the turn fails at once instead of being retried.
+        raise ConfigError(problem)
     return _openai(name, settings.openai_base_url, settings.openai_api_key, settings.turn_timeout)
 
 

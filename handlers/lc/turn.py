@@ -54,8 +54,8 @@ class PreparedTurn:
 
 
 def model_name(session: AgentSession) -> str:
-    """The session's model, or the configured default when the session names none."""
-    return (session.model or "").strip() or get_settings().default_model
+    """The session's model, or this process's default (`CHATQ_MODEL`) when the session names none (NULL)."""
+    return get_settings().session_model(session.model)
 
 
 def prepare_turn(

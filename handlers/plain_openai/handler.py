@@ -20,6 +20,7 @@ from typing import Any
 
 import openai
 
+from chatq.errors import ConfigError
 from chatq.settings import ECHO_MODEL, get_settings
 from handlers.base import AgentMessage, BaseAgentHandler, StreamEvent, StreamEventKind, Usage, empty_usage
 from handlers.context import ToolContext
@@ -66,7 +67,7 @@ class PlainOpenAIHandler(BaseAgentHandler):
         """Text events as tokens arrive, tool started/finished events, then exactly one final event."""
         timeout = get_settings().turn_timeout
         deadline = Deadline(timeout)
-        model = (self.session.model or "").strip() or get_settings().default_model
+        model = get_settings().session_model(self.session.model)
         produced: list[AgentMessage] = []
         usage = empty_usage()
         try:
@@ -145,7 +146,7 @@ def _complete(
     text: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
     usage = empty_usage()
-    stream: Any = _client().chat.completions.create(**request)
+    stream: Any = _client(model).chat.completions.create(**request)
     try:
         for chunk in stream:
             deadline.check()  # a server that trickles tokens forever is cut off too
@@ -268,10 +269,11 @@ def _user_message(text: str, images: Sequence[str] | None, model: str) -> dict[s
     return {"role": "user", "content": parts}
 
 
-def _client() -> openai.OpenAI:
+def _client(model: str) -> openai.OpenAI:
     settings = get_settings()
-    if not settings.openai_api_key and not settings.openai_base_url:
-        raise AgentInvocationError("This model needs OPENAI_API_KEY or OPENAI_BASE_URL; use 'echo' to run offline.")
+    problem = settings.model_unavailable(model)
+    if problem:
+        raise ConfigError(problem)  # not retried: the same configuration fails the same way
     return _cached_client(settings.openai_base_url, settings.openai_api_key, settings.turn_timeout)
 
 

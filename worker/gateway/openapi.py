@@ -120,7 +120,13 @@ BASE_SCHEMA: dict[str, Any] = {
                 "additionalProperties": False,
                 "properties": {
                     "framework": {"type": "string", "enum": ["langgraph", "none"], "default": "langgraph"},
-                    "model": {"type": ["string", "null"], "description": "default: CHATQ_MODEL"},
+                    "model": {
+                        "type": ["string", "null"],
+                        "description": (
+                            "absent or null: the session stores no model and each turn runs on the default "
+                            "model of the worker that runs it (the worker's CHATQ_MODEL), not the gateway's"
+                        ),
+                    },
                     "system_prompt": {"type": ["string", "null"]},
                     "metadata": {"type": ["object", "null"]},
                 },

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
+from chatq.errors import ConfigError
 from handlers import AgentInvocationError, AgentMessage, BaseAgentHandler, framework_names, get_agent_handler
 from handlers.base import SessionInfo, Usage
 from tests.support.env import environ
@@ -129,6 +130,17 @@ def test_tools_run_through_the_shared_registry(framework: str, stub_env: OpenAIS
     assert answer == AgentMessage(role="assistant", content="The answer is 42.")
     assert {t["function"]["name"] for t in stub_env.requests[0]["tools"]} == {"calculator", "current_time"}
     _check_usage(usage)
+
+
+def test_a_real_model_without_key_or_url_is_a_configuration_error(framework: str, make_session: MakeSession) -> None:
+    """Not an AgentInvocationError: the worker fails such a turn at once instead of retrying it."""
+    session = make_session(framework=framework, model="gpt-4o-mini")
+    with environ(OPENAI_BASE_URL="", OPENAI_API_KEY=""), pytest.raises(ConfigError) as raised:
+        get_agent_handler(session).invoke("hi")
+    assert not isinstance(raised.value, AgentInvocationError)
+    assert raised.value.message == (
+        "Model 'gpt-4o-mini' needs OPENAI_API_KEY or OPENAI_BASE_URL; use the 'echo' model to run offline."
+    )
 
 
 def test_the_offline_echo_model_needs_no_server(framework: str, make_session: MakeSession) -> None:

@@ -12,6 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from models.db import session_scope
 from models.migrate import downgrade, upgrade
 from models.tables import MESSAGE_POSITION_STRIDE, Base, ChatMessage, ChatSession, Turn, TurnStatus
+from tests.support.env import environ
 from tests.support.factories import add_turn, assistant, create_session, user
 from tests.support.services import fresh_database
 
@@ -133,6 +134,26 @@ def test_migration_0003_fills_in_the_history_totals_of_existing_turns(blank_engi
             {"sid": sid},
         ).all()
     assert [tuple(row) for row in rows] == [(1, 2), (None, None), (2, 6), (3, 8), (None, None)]
+
+
+def test_migration_0004_lets_a_session_leave_its_model_to_the_worker(blank_engine: Engine) -> None:
+    url = blank_engine.url.render_as_string(hide_password=False)
+    upgrade(url, revision="0003")
+    insert = text("INSERT INTO chat_sessions (id, agent_framework, model, metadata) VALUES (:id, 'none', :model, '{}')")
+    kept, unnamed = uuid.uuid4(), uuid.uuid4()
+    with blank_engine.begin() as conn:
+        conn.execute(insert, {"id": kept, "model": "gpt-4o"})
+        with pytest.raises(IntegrityError), conn.begin_nested():
+            conn.execute(insert, {"id": unnamed, "model": None})
+    upgrade(url)
+    with blank_engine.begin() as conn:
+        conn.execute(insert, {"id": unnamed, "model": None})
+    # The old schema needs a name: the downgrade writes the default of the environment running it.
+    with environ(CHATQ_MODEL="the-default-at-downgrade"):
+        downgrade(url, revision="0003")
+    with blank_engine.connect() as conn:
+        models = {row.id: row.model for row in conn.execute(text("SELECT id, model FROM chat_sessions"))}
+    assert models == {kept: "gpt-4o", unnamed: "the-default-at-downgrade"}
 
 
 @pytest.mark.usefixtures("chatq_env")

@@ -95,9 +95,9 @@ def test_keyword_arguments_that_are_not_an_object_are_refused(kwargs: object) ->
 @pytest.mark.parametrize(
     ("call", "fragment"),
     [
-        (lambda: validate_model("gpt\x00", "echo"), "model contains a NUL character"),
-        (lambda: validate_model("gpt\udc80", "echo"), "model contains a lone surrogate (U+DC80)"),
-        (lambda: validate_model(7, "echo"), "model must be a string"),
+        (lambda: validate_model("gpt\x00"), "model contains a NUL character"),
+        (lambda: validate_model("gpt\udc80"), "model contains a lone surrogate (U+DC80)"),
+        (lambda: validate_model(7), "model must be a string"),
         (lambda: validate_system_prompt("be\ud83d brief", SETTINGS), "system_prompt contains a lone surrogate"),
         (lambda: validate_metadata({"a": "\x00"}), "metadata has a NUL character (U+0000) at position 0"),
         (lambda: validate_metadata({"a": [1, {"b\ud800": 1}]}), "metadata has a lone surrogate (U+D800)"),
