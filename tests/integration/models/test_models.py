@@ -136,9 +136,9 @@ def test_migration_0003_fills_in_the_history_totals_of_existing_turns(blank_engi
     assert [tuple(row) for row in rows] == [(1, 2), (None, None), (2, 6), (3, 8), (None, None)]
 
 
-def test_migration_0004_lets_a_session_leave_its_model_to_the_worker(blank_engine: Engine) -> None:
+def test_migration_0005_lets_a_session_leave_its_model_to_the_worker(blank_engine: Engine) -> None:
     url = blank_engine.url.render_as_string(hide_password=False)
-    upgrade(url, revision="0003")
+    upgrade(url, revision="0004")
     insert = text("INSERT INTO chat_sessions (id, agent_framework, model, metadata) VALUES (:id, 'none', :model, '{}')")
     kept, unnamed = uuid.uuid4(), uuid.uuid4()
     with blank_engine.begin() as conn:
@@ -150,7 +150,7 @@ def test_migration_0004_lets_a_session_leave_its_model_to_the_worker(blank_engin
         conn.execute(insert, {"id": unnamed, "model": None})
     # The old schema needs a name: the downgrade writes the default of the environment running it.
     with environ(CHATQ_MODEL="the-default-at-downgrade"):
-        downgrade(url, revision="0003")
+        downgrade(url, revision="0004")
     with blank_engine.connect() as conn:
         models = {row.id: row.model for row in conn.execute(text("SELECT id, model FROM chat_sessions"))}
     assert models == {kept: "gpt-4o", unnamed: "the-default-at-downgrade"}

@@ -5,8 +5,8 @@ batch run, the gateway), so one created where OPENAI_API_KEY was unset ran on `e
 the worker had a key. NULL now means "the default model of the worker that runs each turn"
 (`Settings.session_model`). Existing rows keep the model they stored.
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 Create Date: 2026-12-02 10:00:00
 """
 
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0004"
-down_revision: str | None = "0003"
+revision: str = "0005"
+down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
