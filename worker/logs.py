@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chatq.settings import get_settings, mask_secrets
+from worker import hooks
+from worker.retry import RetryCause
 
 _turn: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("chatq_turn", default=None)
 
@@ -37,6 +39,88 @@ def set_attempt(attempt: int) -> None:
     current = _turn.get()
     if current is not None:
         current["attempt"] = attempt
+
+
+class LogHooks(hooks.TurnHooks):
+    """The per-turn INFO/WARNING lines, from the runner's lifecycle hooks (`worker.hooks`).
+
+    They keep the logger `worker.runner` they were written under before hooks existed, so
+    operators' filters on it still match. Ids, counts and errors only: never a prompt or a reply.
+    """
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self.log = logger or logging.getLogger("worker.runner")
+
+    def started(self, event: hooks.Started) -> None:
+        turn = event.turn
+        self.log.info(
+            "turn %s session %s: attempt %d started (framework %s, model %s)",
+            turn.turn_id,
+            turn.session_id,
+            turn.attempt,
+            turn.framework,
+            turn.model,
+        )
+
+    def succeeded(self, event: hooks.Succeeded) -> None:
+        turn = event.turn
+        self.log.info(
+            "turn %s session %s: succeeded on attempt %d (%d messages, %d tokens)",
+            turn.turn_id,
+            turn.session_id,
+            turn.attempt,
+            event.messages,
+            event.total_tokens,
+        )
+
+    def failed(self, event: hooks.Failed) -> None:
+        turn = event.turn
+        if event.at_claim:
+            self.log.warning("turn %s session %s: ended poisoned at claim", turn.turn_id, turn.session_id)
+            return
+        self.log.warning(
+            "turn %s session %s: failed after attempt %d: %s", turn.turn_id, turn.session_id, turn.attempt, event.error
+        )
+
+    def retried(self, event: hooks.Retried) -> None:
+        turn = event.turn
+        if event.cause is RetryCause.AGENT_FAILURE:
+            self.log.warning(
+                "turn %s session %s: attempt %d failed, retrying: %s",
+                turn.turn_id,
+                turn.session_id,
+                turn.attempt,
+                event.error,
+            )
+        elif event.cause is RetryCause.BUSY:
+            self.log.info("turn %s: running elsewhere, checking again in %.1fs", turn.turn_id, event.delay)
+        else:
+            self.log.warning(
+                "turn %s: infrastructure error, retrying in %.0fs: %s", turn.turn_id, event.delay, event.error
+            )
+
+    def cancelled(self, event: hooks.Cancelled) -> None:
+        turn = event.turn
+        if event.at_claim:
+            self.log.warning("turn %s session %s: ended cancelled at claim", turn.turn_id, turn.session_id)
+        else:
+            self.log.info("turn %s session %s: cancelled while running", turn.turn_id, turn.session_id)
+
+    def handed_back(self, event: hooks.HandedBack) -> None:
+        if event.running:
+            self.log.info("turn %s session %s: handed back at shutdown", event.turn.turn_id, event.turn.session_id)
+
+    def lost(self, event: hooks.Lost) -> None:
+        turn = event.turn
+        if event.storing:
+            self.log.warning("turn %s: lease lost before the reply was stored; another attempt owns it", turn.turn_id)
+        else:
+            self.log.warning(
+                "turn %s session %s: lease lost, attempt %d abandoned", turn.turn_id, turn.session_id, turn.attempt
+            )
+
+    def rejected(self, event: hooks.Rejected) -> None:
+        self.log.warning("turn %s session %s: rejected: %s", event.turn_id, event.session_id, event.error)
 
 
 class TurnContextFilter(logging.Filter):

@@ -30,6 +30,9 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_se
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from worker import hooks
+from worker.retry import RetryCause
+
 log = logging.getLogger(__name__)
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
@@ -51,6 +54,38 @@ SWEEPER = Counter("chatq_sweeper_actions_total", "Sweeper actions.", ["action"])
 SET_ASIDE = Counter(
     "chatq_messages_set_aside_total", "Queue items refused as malformed and moved to chatq.dead.", ["queue"]
 )
+
+
+class MetricsHooks(hooks.TurnHooks):
+    """Keeps the turn metrics above from the runner's lifecycle hooks (`worker.hooks`)."""
+
+    def started(self, event: hooks.Started) -> None:
+        IN_FLIGHT.inc()
+
+    def ended(self, event: hooks.Ended) -> None:
+        IN_FLIGHT.dec()
+
+    def first_text(self, event: hooks.FirstText) -> None:
+        FIRST_TOKEN_SECONDS.labels(event.turn.framework).observe(event.seconds)
+
+    def succeeded(self, event: hooks.Succeeded) -> None:
+        TURNS.labels("succeeded").inc()
+        TURN_SECONDS.labels(event.turn.framework).observe(event.seconds)
+        TOKENS.labels(event.turn.model, "prompt").inc(event.prompt_tokens)
+        TOKENS.labels(event.turn.model, "completion").inc(event.completion_tokens)
+
+    def failed(self, event: hooks.Failed) -> None:
+        TURNS.labels("failed").inc()
+
+    def cancelled(self, event: hooks.Cancelled) -> None:
+        # A turn cancelled while queued was counted by no worker before either: the one that
+        # announces it at its claim only publishes the event.
+        if not event.at_claim:
+            TURNS.labels("cancelled").inc()
+
+    def retried(self, event: hooks.Retried) -> None:
+        if event.cause is RetryCause.AGENT_FAILURE:
+            RETRIES.inc()
 
 
 class QueueDepthCollector(Collector):

@@ -1,7 +1,9 @@
 """Running one delivery of a turn: claim, run the handler, persist, publish. No Celery in here.
 
 `execute_turn` is what the `chatq.run_turn` task calls; it returns what happened so the task
-can decide on a Celery retry, and it can be called and tested without a worker.
+can decide on a Celery retry, and it can be called and tested without a worker. The runner runs;
+what observes a turn (metrics, the per-turn log lines) is a hook (`worker.hooks`), called at each
+point of its lifecycle, and whether and when a delivery is tried again is `worker.retry`'s policy.
 """
 
 from __future__ import annotations
@@ -21,13 +23,16 @@ from handlers.base import AgentMessage, StreamEvent, StreamEventKind, Usage
 from handlers.context import running_turn
 from handlers.errors import AgentInvocationError, HandlerError, UnknownFramework
 from models.tables import TurnStatus
-from worker import claims, metrics, turns
+from worker import claims, hooks, turns
 from worker.dispatch import kick_next, send_next, send_turn
 from worker.errors import ConfigError, HandBack, InvalidTurn, LeaseLost, TurnCancelled
 from worker.events import EventType, TextCoalescer, TurnEvents
+from worker.hooks import Facts
 from worker.leases import TurnLease, get_lease_keeper, handing_back
 from worker.logs import set_attempt, turn_context
+from worker.observers import get_hooks
 from worker.payload import TurnRequest
+from worker.retry import RetryDecision, retry_policy
 from worker.storable import INTEGER_MAX, clean_json, clean_text, is_outage, is_refusal, refusal_message
 
 log = logging.getLogger(__name__)
@@ -79,9 +84,13 @@ def execute_turn(request: TurnRequest, *, queue: str, worker: str) -> Result:
 
 def _execute(request: TurnRequest, *, queue: str, worker: str) -> Result:
     # The message's sent-marker was dropped on receipt (worker.signals), before the pool ran this.
+    get_hooks().before_claim(
+        hooks.Claiming(turn_id=request.turn_id, session_id=request.session_id, queue=queue, worker=worker)
+    )
     if handing_back():
         # A message taken just as the worker began shutting down: pass it on untouched.
         send_turn(request.to_message(), queue=queue)
+        get_hooks().handed_back(hooks.HandedBack(turn=Facts.of_request(request), running=False))
         return Result(outcome=Outcome.HANDED_BACK)
     claimed = claims.claim_turn(request.turn_id, worker=worker, session_id=request.session_id)
     if claimed.status is claims.ClaimStatus.NOT_FOUND:
@@ -95,22 +104,25 @@ def _execute(request: TurnRequest, *, queue: str, worker: str) -> Result:
     if status is claims.ClaimStatus.CONFLICT:
         # The turn belongs to another session: its own messages and events go on untouched, so
         # this message is refused with a log line only (its replay stream is the other turn's).
-        log.warning("turn %s session %s: rejected: %s", request.turn_id, request.session_id, claimed.error)
+        get_hooks().rejected(
+            hooks.Rejected(turn_id=request.turn_id, session_id=request.session_id, error=claimed.error or "")
+        )
         return Result(outcome=Outcome.FAILED, error=claimed.error)
     if status is claims.ClaimStatus.BUSY:
-        log.info("turn %s: running elsewhere, checking again in %.1fs", request.turn_id, claimed.retry_after or 0)
-        return Result(outcome=Outcome.BUSY, retry_after=(claimed.retry_after or 0) + 0.5)
+        decision = retry_policy().when_busy(claimed.retry_after)
+        get_hooks().retried(hooks.Retried(turn=Facts.of_request(request), cause=decision.cause, delay=decision.delay))
+        return Result(outcome=Outcome.BUSY, retry_after=decision.delay)
     if status in (claims.ClaimStatus.POISONED, claims.ClaimStatus.CANCELLED):
-        terminal = EventType.ERROR if status is claims.ClaimStatus.POISONED else EventType.CANCELLED
         events = TurnEvents.resume(session_id=request.session_id, turn_id=request.turn_id)
-        fields = {"error": claimed.error} if terminal is EventType.ERROR else {}
-        if terminal is EventType.ERROR:
-            metrics.TURNS.labels("failed").inc()
-        events.publish(terminal, claimed.attempt, **fields)
-        log.warning("turn %s session %s: ended %s at claim", request.turn_id, request.session_id, status.value)
-        kick_next(request.session_id)
-        if terminal is EventType.ERROR:
+        facts = Facts.of_request(request, attempt=claimed.attempt)
+        if status is claims.ClaimStatus.POISONED:
+            events.publish(EventType.ERROR, claimed.attempt, error=claimed.error)
+            get_hooks().failed(hooks.Failed(turn=facts, error=claimed.error or "", at_claim=True))
+            kick_next(request.session_id)
             return Result(outcome=Outcome.FAILED, attempt=claimed.attempt, error=claimed.error)
+        events.publish(EventType.CANCELLED, claimed.attempt)
+        get_hooks().cancelled(hooks.Cancelled(turn=facts, at_claim=True))
+        kick_next(request.session_id)
         return Result(outcome=Outcome.CANCELLED)
     if claimed.claim is None:
         log.debug("turn %s: nothing to claim (%s)", request.turn_id, status.value)
@@ -119,17 +131,32 @@ def _execute(request: TurnRequest, *, queue: str, worker: str) -> Result:
 
 
 def run_claimed(claim: claims.Claim) -> Result:
-    """Run the handler for a claimed turn and record how it ended."""
+    """Run the handler for a claimed turn and record how it ended (`started` ... `ended` hooks)."""
     set_attempt(claim.attempt)
-    metrics.IN_FLIGHT.inc()
-    try:
-        return _run_claimed(claim)
-    finally:
-        metrics.IN_FLIGHT.dec()
-
-
-def _run_claimed(claim: claims.Claim) -> Result:
     started = time.monotonic()
+    facts = Facts.of_claim(claim)
+    registry = get_hooks()
+    registry.started(hooks.Started(turn=facts, deliveries=claim.deliveries))
+    outcome, error = "raised", None
+    try:
+        result = _run_claimed(claim, started)
+        outcome, error = result.outcome.value, result.error
+        return result
+    finally:
+        registry.ended(hooks.Ended(turn=facts, outcome=outcome, seconds=time.monotonic() - started, error=error))
+
+
+def retry_after_outage(request: TurnRequest, exc: BaseException, retries: int) -> RetryDecision:
+    """The policy's answer to an outage (`worker.storable.is_outage`) in the `retries`-th re-delivery."""
+    decision = retry_policy().after_outage(retries)
+    error = mask_secrets(str(exc)).splitlines()[0] if str(exc) else type(exc).__name__
+    get_hooks().retried(
+        hooks.Retried(turn=Facts.of_request(request), cause=decision.cause, delay=decision.delay, error=error)
+    )
+    return decision
+
+
+def _run_claimed(claim: claims.Claim, started: float) -> Result:
     if claim.deliveries > 1:
         events = TurnEvents.resume(session_id=claim.session.id, turn_id=claim.turn_id)
         # The previous delivery ended without a clean hand-back (its worker died or lost its
@@ -142,16 +169,6 @@ def _run_claimed(claim: claims.Claim) -> Result:
         events = TurnEvents.resume_with(
             EventType.STARTED, claim.attempt, session_id=claim.session.id, turn_id=claim.turn_id
         )
-    # A session without a model (NULL) runs on this worker's default.
-    model = get_settings().session_model(claim.session.model)
-    log.info(
-        "turn %s session %s: attempt %d started (framework %s, model %s)",
-        claim.turn_id,
-        claim.session.id,
-        claim.attempt,
-        claim.session.agent_framework,
-        model,
-    )
     keeper = get_lease_keeper()
     lease = keeper.register(claim.turn_id, claim.lease_token)
     try:
@@ -160,17 +177,14 @@ def _run_claimed(claim: claims.Claim) -> Result:
     except TurnCancelled:
         ended = claims.finish_turn(claim, TurnStatus.CANCELLED)
         if ended.stored:
-            metrics.TURNS.labels("cancelled").inc()
             events.publish(EventType.CANCELLED, claim.attempt)
-            log.info("turn %s session %s: cancelled while running", claim.turn_id, claim.session.id)
+            get_hooks().cancelled(hooks.Cancelled(turn=Facts.of_claim(claim)))
             send_next(ended.next_turn)
         return Result(outcome=Outcome.CANCELLED, attempt=claim.attempt)
     except HandBack:
         return hand_back(claim, events)
     except LeaseLost:
-        log.warning(
-            "turn %s session %s: lease lost, attempt %d abandoned", claim.turn_id, claim.session.id, claim.attempt
-        )
+        get_hooks().lost(hooks.Lost(turn=Facts.of_claim(claim), storing=False))
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     except AgentInvocationError as exc:
         return handle_agent_failure(claim, events, exc)
@@ -205,26 +219,24 @@ def _run_claimed(claim: claims.Claim) -> Result:
         # again only to be refused again, so the turn fails now, once.
         return fail(claim, events, refusal_message(exc, "the reply"))
     if not completed.stored:
-        log.warning("turn %s: lease lost before the reply was stored; another attempt owns it", claim.turn_id)
+        get_hooks().lost(hooks.Lost(turn=Facts.of_claim(claim), storing=True))
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
-    framework = claim.session.agent_framework
-    metrics.TURNS.labels("succeeded").inc()
-    metrics.TURN_SECONDS.labels(framework).observe(time.monotonic() - started)
-    metrics.TOKENS.labels(model, "prompt").inc(usage.get("prompt_tokens", 0))
-    metrics.TOKENS.labels(model, "completion").inc(usage.get("completion_tokens", 0))
+    stored = time.monotonic() - started
     events.publish(
         EventType.FINAL,
         claim.attempt,
         messages=[message.to_dict() for message in messages],
         usage=usage,
     )
-    log.info(
-        "turn %s session %s: succeeded on attempt %d (%d messages, %d tokens)",
-        claim.turn_id,
-        claim.session.id,
-        claim.attempt,
-        len(messages),
-        usage.get("total_tokens", 0),
+    get_hooks().succeeded(
+        hooks.Succeeded(
+            turn=Facts.of_claim(claim),
+            seconds=stored,
+            messages=len(messages),
+            prompt_tokens=usage.get("prompt_tokens", 0),
+            completion_tokens=usage.get("completion_tokens", 0),
+            total_tokens=usage.get("total_tokens", 0),
+        )
     )
     send_next(completed.next_turn)
     return Result(outcome=Outcome.SUCCEEDED, attempt=claim.attempt)
@@ -256,14 +268,19 @@ def run_handler(
             if event.kind == StreamEventKind.TEXT:
                 if first_text and event.text and started is not None:
                     first_text = False
-                    metrics.FIRST_TOKEN_SECONDS.labels(claim.session.agent_framework).observe(
-                        time.monotonic() - started
+                    get_hooks().first_text(
+                        hooks.FirstText(turn=Facts.of_claim(claim), seconds=time.monotonic() - started)
                     )
                 coalescer.add(event.text)
             elif event.kind == StreamEventKind.TOOL and event.tool is not None:
                 coalescer.flush()
                 tool = {key: event.tool.get(key) for key in ("id", "name", "status")}
                 events.publish(EventType.TOOL, claim.attempt, tool=tool)
+                get_hooks().tool(
+                    hooks.ToolCall(
+                        turn=Facts.of_claim(claim), name=tool["name"], call_id=tool["id"], status=tool["status"]
+                    )
+                )
             elif event.kind == StreamEventKind.FINAL:
                 final = event
             event = next(stream, None)
@@ -294,7 +311,7 @@ def hand_back(claim: claims.Claim, events: TurnEvents) -> Result:
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     events.publish(EventType.RETRY, claim.attempt, error="the worker is shutting down; another worker takes the turn")
     send_turn(claim.to_message(), queue=claim.queue)
-    log.info("turn %s session %s: handed back at shutdown", claim.turn_id, claim.session.id)
+    get_hooks().handed_back(hooks.HandedBack(turn=Facts.of_claim(claim), running=True))
     return Result(outcome=Outcome.HANDED_BACK, attempt=claim.attempt)
 
 
@@ -336,21 +353,16 @@ def storable_message(message: AgentMessage) -> AgentMessage:
 
 
 def handle_agent_failure(claim: claims.Claim, events: TurnEvents, exc: AgentInvocationError) -> Result:
-    """Retry once (CHATQ_MAX_ATTEMPTS invocations in all), then fail the turn."""
-    settings = get_settings()
+    """Retry as the policy says (CHATQ_MAX_ATTEMPTS invocations in all), then fail the turn."""
     error = mask_secrets(exc.message)
-    if claim.attempt < settings.max_attempts:
+    decision = retry_policy().after_agent_failure(claim.attempt)
+    if decision.retry:
         if claims.requeue_turn(claim, error=error):
             events.publish(EventType.RETRY, claim.attempt, error=error)
-            metrics.RETRIES.inc()
-            log.warning(
-                "turn %s session %s: attempt %d failed, retrying: %s",
-                claim.turn_id,
-                claim.session.id,
-                claim.attempt,
-                error,
+            get_hooks().retried(
+                hooks.Retried(turn=Facts.of_claim(claim), cause=decision.cause, delay=decision.delay, error=error)
             )
-            return Result(outcome=Outcome.RETRY, retry_after=settings.retry_delay, attempt=claim.attempt)
+            return Result(outcome=Outcome.RETRY, retry_after=decision.delay, attempt=claim.attempt)
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     return fail(claim, events, error)
 
@@ -362,9 +374,7 @@ def fail(claim: claims.Claim, events: TurnEvents, error: str) -> Result:
     if not ended.stored:
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     events.publish(EventType.ERROR, claim.attempt, error=error)
-    log.warning(
-        "turn %s session %s: failed after attempt %d: %s", claim.turn_id, claim.session.id, claim.attempt, error
-    )
+    get_hooks().failed(hooks.Failed(turn=Facts.of_claim(claim), error=error))
     send_next(ended.next_turn)
     return Result(outcome=Outcome.FAILED, attempt=claim.attempt, error=error)
 
@@ -376,7 +386,7 @@ def reject(turn_id: uuid.UUID, session_id: uuid.UUID | None, error: str) -> None
     exists (then the malformed message was a stray copy, and the real turn goes on).
     """
     error = clean_text(mask_secrets(error))
-    log.warning("turn %s session %s: rejected: %s", turn_id, session_id, error)
+    get_hooks().rejected(hooks.Rejected(turn_id=turn_id, session_id=session_id, error=error))
     if turn_id.int == 0 or session_id is None:
         return
     publish_rejection(turn_id, session_id, error)

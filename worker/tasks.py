@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import uuid
 import warnings
 from collections.abc import Mapping
@@ -12,18 +11,16 @@ from celery import Task
 from celery.exceptions import InvalidTaskError
 from celery.signals import task_internal_error
 
-from chatq.settings import get_settings, mask_secrets
 from worker.app import app
 from worker.errors import InvalidTurn, TurnFailed
 from worker.payload import BATCH_QUEUE, INTERACTIVE_QUEUE, parse_turn_request, redacted_kwargs
-from worker.runner import Outcome, execute_turn, reject
+from worker.retry import retry_policy
+from worker.runner import Outcome, execute_turn, reject, retry_after_outage
 from worker.storable import OUTAGE_ERRORS
 
-log = logging.getLogger(__name__)
-
 # Postgres or Redis unreachable or restarting: the turn is not at fault, so retry without limit,
-# backing off. Only connection-level errors: data Postgres refuses (DataError, IntegrityError, ...)
-# never reaches here, the runner fails its turn at once (`worker.storable`).
+# backing off (`worker.retry.RetryPolicy.after_outage`). Only connection-level errors: data Postgres
+# refuses (DataError, IntegrityError, ...) never reaches here, the runner fails it at once (`worker.storable`).
 INFRASTRUCTURE_ERRORS = OUTAGE_ERRORS
 
 
@@ -34,8 +31,9 @@ INFRASTRUCTURE_ERRORS = OUTAGE_ERRORS
     typing=False,
     acks_late=True,
     ignore_result=True,
-    # Retry budget of AgentInvocationError lives in Postgres (`attempts`, CHATQ_MAX_ATTEMPTS), which
-    # survives redelivery; Celery's counter does not, so it is not the limit here.
+    # Whether and when to retry is `worker.retry.RetryPolicy`'s decision for every cause. The budget
+    # of AgentInvocationError lives in Postgres (`attempts`, CHATQ_MAX_ATTEMPTS), which survives
+    # redelivery; Celery's counter does not, so it is not the limit here.
     max_retries=None,
     # A failed turn ends its task in FAILURE (Flower's Failed view, alerts on task states), logged
     # as expected: one line, no traceback, and no Celery retry.
@@ -59,16 +57,11 @@ def run_turn(self: Task[Any, Any], *args: Any, **kwargs: Any) -> str:
     try:
         result = execute_turn(request, queue=queue, worker=self.request.hostname or "worker")
     except INFRASTRUCTURE_ERRORS as exc:
-        countdown = min(30.0, 1.0 * 2 ** min(self.request.retries, 5))
-        log.warning(
-            "turn %s: infrastructure error, retrying in %.0fs: %s",
-            request.turn_id,
-            countdown,
-            mask_secrets(str(exc)).splitlines()[0],
-        )
-        raise self.retry(exc=exc, countdown=countdown, queue=queue, **_hidden(kwargs)) from None
+        decision = retry_after_outage(request, exc, self.request.retries)
+        raise self.retry(exc=exc, countdown=decision.delay, queue=queue, **_hidden(kwargs)) from None
     if result.outcome in (Outcome.RETRY, Outcome.BUSY):
-        countdown = result.retry_after or get_settings().retry_delay
+        # The runner asked the policy; its delay is on the result.
+        countdown = result.retry_after if result.retry_after is not None else retry_policy().agent_delay
         raise self.retry(countdown=countdown, queue=queue, **_hidden(kwargs))
     if result.outcome is Outcome.FAILED:
         raise TurnFailed(result.error)

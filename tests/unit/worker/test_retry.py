@@ -1,0 +1,52 @@
+"""The retry policy (worker.retry): one decision for every cause a turn is delivered again."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tests.support.env import environ
+from worker.retry import RetryCause, RetryDecision, RetryPolicy, retry_policy
+
+
+def test_the_agent_failing_is_retried_until_the_last_attempt_then_given_up() -> None:
+    policy = RetryPolicy(max_attempts=3, agent_delay=2.5)
+    assert policy.after_agent_failure(1) == RetryDecision(cause=RetryCause.AGENT_FAILURE, retry=True, delay=2.5)
+    assert policy.after_agent_failure(2).retry
+    assert policy.after_agent_failure(3) == RetryDecision(cause=RetryCause.AGENT_FAILURE, retry=False, delay=0.0)
+    assert not policy.after_agent_failure(4).retry  # a stray late attempt does not get another
+
+
+def test_a_single_attempt_is_never_retried() -> None:
+    assert not RetryPolicy(max_attempts=1).after_agent_failure(1).retry
+
+
+def test_outages_back_off_exponentially_to_a_cap_and_never_give_up() -> None:
+    policy = RetryPolicy()
+    delays = [policy.after_outage(retries).delay for retries in range(8)]
+    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+    assert all(policy.after_outage(retries).retry for retries in (0, 10, 10_000))
+    assert policy.after_outage(10_000).cause is RetryCause.OUTAGE
+    assert policy.after_outage(-1).delay == 1.0  # a nonsense counter still gets the first step
+
+
+def test_a_busy_session_is_looked_at_again_just_after_the_lease_runs_out() -> None:
+    policy = RetryPolicy(busy_margin=0.5)
+    assert policy.when_busy(3.0) == RetryDecision(cause=RetryCause.BUSY, retry=True, delay=3.5)
+    assert policy.when_busy(None).delay == 0.5
+    assert policy.when_busy(-2.0).delay == 0.5  # a lease already past is checked at once
+
+
+def test_the_policy_comes_from_the_settings() -> None:
+    with environ(CHATQ_MAX_ATTEMPTS="4", CHATQ_RETRY_DELAY="0.25"):
+        policy = retry_policy()
+    assert (policy.max_attempts, policy.agent_delay) == (4, 0.25)
+    assert policy.after_agent_failure(3).retry and not policy.after_agent_failure(4).retry
+
+
+def test_policies_and_decisions_are_frozen_values() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        RetryPolicy().max_attempts = 5  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        RetryPolicy(3)  # type: ignore[misc]  # keyword-only

@@ -1,0 +1,34 @@
+"""The process's hooks: which observers every worker runs on each turn (`worker.hooks`).
+
+Apart from `worker.hooks` so that the hooks themselves (`worker.metrics`, `worker.logs`) can
+build on its base class without an import cycle.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from worker.hooks import HookRegistry, TurnHooks
+from worker.logs import LogHooks
+from worker.metrics import MetricsHooks
+
+
+def default_hooks() -> list[TurnHooks]:
+    """The hooks every worker runs, in order: Prometheus metrics, then the per-turn log lines.
+
+    A new observer (a webhook sender, say) is one more `TurnHooks` subclass appended here.
+    """
+    return [MetricsHooks(), LogHooks()]
+
+
+_registry: list[HookRegistry] = []
+_registry_lock = threading.Lock()
+
+
+def get_hooks() -> HookRegistry:
+    """The process's registry, built from `default_hooks()` on first use."""
+    if not _registry:
+        with _registry_lock:
+            if not _registry:
+                _registry.append(HookRegistry(default_hooks()))
+    return _registry[0]

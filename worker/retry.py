@@ -1,0 +1,83 @@
+"""The retry policy: whether a delivery of a turn is tried again, and when, for every cause.
+
+One frozen value built from `Settings` decides all three cases a turn is delivered again:
+
+- the agent failed (`AgentInvocationError`): retried until `CHATQ_MAX_ATTEMPTS` invocations ran,
+  `CHATQ_RETRY_DELAY` seconds apart, then the turn fails (the attempt count lives in Postgres);
+- an outage (Postgres or Redis unreachable): retried without limit, backing off exponentially up
+  to a cap, since the turn is not at fault and uses up no attempt;
+- the session is busy with an earlier turn running elsewhere: checked again when that turn's
+  lease would run out, plus a small margin.
+
+Pure: no services, no Celery. `worker.runner` and `worker.tasks` ask it; nothing else decides.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from chatq.settings import Settings, get_settings
+
+
+class RetryCause(enum.StrEnum):
+    """Why a delivery is tried again."""
+
+    AGENT_FAILURE = "agent_failure"
+    OUTAGE = "outage"
+    BUSY = "busy"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryDecision:
+    """What the policy decided for one delivery."""
+
+    cause: RetryCause
+    """Why the question came up."""
+    retry: bool
+    """True: deliver the turn again after `delay`; False: give up (the turn fails)."""
+    delay: float
+    """Seconds before the next delivery (0.0 when giving up)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryPolicy:
+    """Retry, back-off and give-up for every cause (docs/contract.md, "Retry policy")."""
+
+    max_attempts: int = 2
+    """Handler invocations per turn when the agent fails (`CHATQ_MAX_ATTEMPTS`)."""
+    agent_delay: float = 1.0
+    """Seconds between a failed invocation and the next (`CHATQ_RETRY_DELAY`)."""
+    outage_base: float = 1.0
+    """Seconds before the first re-delivery after an outage; doubled on each further one."""
+    outage_cap: float = 30.0
+    """Longest wait between re-deliveries during an outage."""
+    outage_doublings: int = 5
+    """Doublings after which the outage back-off stops growing (1, 2, 4, ... 32 s, capped)."""
+    busy_margin: float = 0.5
+    """Seconds added to a busy session's wait, so the next look comes after the lease ran out."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RetryPolicy:
+        """The policy the worker's configuration describes."""
+        return cls(max_attempts=settings.max_attempts, agent_delay=settings.retry_delay)
+
+    def after_agent_failure(self, attempt: int) -> RetryDecision:
+        """After invocation number `attempt` (1-based) raised `AgentInvocationError`."""
+        if attempt < self.max_attempts:
+            return RetryDecision(cause=RetryCause.AGENT_FAILURE, retry=True, delay=self.agent_delay)
+        return RetryDecision(cause=RetryCause.AGENT_FAILURE, retry=False, delay=0.0)
+
+    def after_outage(self, retries: int) -> RetryDecision:
+        """After a delivery hit an outage, `retries` re-deliveries into it (Celery's counter); never gives up."""
+        delay = min(self.outage_cap, self.outage_base * 2 ** min(max(retries, 0), self.outage_doublings))
+        return RetryDecision(cause=RetryCause.OUTAGE, retry=True, delay=delay)
+
+    def when_busy(self, seconds: float | None) -> RetryDecision:
+        """The session's earlier turn runs elsewhere, its lease good for `seconds` more (None: unknown)."""
+        return RetryDecision(cause=RetryCause.BUSY, retry=True, delay=max(seconds or 0.0, 0.0) + self.busy_margin)
+
+
+def retry_policy() -> RetryPolicy:
+    """The policy of the current settings (tests reset settings, so it is not cached apart from them)."""
+    return RetryPolicy.from_settings(get_settings())
