@@ -90,7 +90,8 @@ def _in_process_handler(chunks: int, interval: float, turns: int) -> list[float]
     out: list[float] = []
     for _ in range(turns):
         info = new_session_info(MODEL)
-        for event in get_agent_handler(info).stream(f"[stamps: {chunks}] [slow: {interval:g}]"):
+        handler = get_agent_handler(info)
+        for event in handler.stream(handler.prepare(f"[stamps: {chunks}] [slow: {interval:g}]")):
             now = time.time()
             if event.kind == StreamEventKind.TEXT:
                 out.extend((now - float(s)) * 1000 for s in event.text.split() if s[:1].isdigit())

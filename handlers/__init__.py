@@ -2,14 +2,21 @@
 
 Importing `handlers` imports no agent framework: an adapter module is imported the first time a
 session of its framework needs a handler. A new framework plugs in with one entry in `_ADAPTERS`
-(or a `register_framework` call).
+(or a `register_framework` call from a `CHATQ_PLUGINS` module).
+
+This registry is the one list of frameworks: the worker, the producer API, batch files and the
+gateway all read it through `framework_names()` / `framework_choices()`, which first import the
+`CHATQ_PLUGINS` modules, so a plugin's framework can be chosen wherever sessions are created.
 """
 
 from __future__ import annotations
 
 import importlib
+import threading
 from typing import Any
 
+from chatq.errors import ConfigError
+from chatq.settings import get_settings
 from handlers.base import (
     AgentMessage,
     AgentSession,
@@ -37,10 +44,13 @@ __all__ = [
     "UnknownTool",
     "Usage",
     "empty_usage",
+    "framework_choices",
     "framework_names",
     "get_agent_handler",
     "load_handler_class",
+    "load_plugins",
     "register_framework",
+    "unregister_framework",
 ]
 
 _ADAPTERS: dict[str, tuple[str, str]] = {
@@ -58,15 +68,47 @@ FRAMEWORK_CHOICES: list[tuple[str, str]] = [(name, label) for name, (label, _) i
 
 def register_framework(name: str, label: str, target: str) -> None:
     """Plug in a framework: `target` is "module:Class" of its BaseAgentHandler, imported on first use."""
+    if not name or name != name.strip() or ":" not in target:
+        raise ValueError(f"invalid framework registration {name!r} -> {target!r}")
     if name in _ADAPTERS:
         raise ValueError(f"agent framework {name!r} is already registered")
     _ADAPTERS[name] = (label, target)
     FRAMEWORK_CHOICES.append((name, label))
 
 
+def unregister_framework(name: str) -> None:
+    """Remove a framework (plugins unloading, tests); unknown names are ignored."""
+    if _ADAPTERS.pop(name, None) is not None:
+        FRAMEWORK_CHOICES[:] = [choice for choice in FRAMEWORK_CHOICES if choice[0] != name]
+
+
+_plugins_lock = threading.RLock()  # re-entrant: a plugin may read the registry while it is imported
+
+
+def load_plugins() -> None:
+    """Import the `CHATQ_PLUGINS` modules not imported yet, so what they register exists in this process.
+
+    A worker imports them at start (celeryconfig); producers (the CLI, batch runs, the gateway)
+    import them here, the first time they read the registry. Raises ConfigError for a module that
+    cannot be imported, as the worker would fail to start with it.
+    """
+    with _plugins_lock:
+        for module in get_settings().plugins:
+            try:
+                importlib.import_module(module)  # a module imported before is not run again
+            except ImportError as exc:
+                raise ConfigError(f"CHATQ_PLUGINS: cannot import {module!r} ({exc}).") from exc
+
+
+def framework_choices() -> list[tuple[str, str]]:
+    """(value, label) of every registered framework, plugins' included (see `FRAMEWORK_CHOICES`)."""
+    load_plugins()
+    return list(FRAMEWORK_CHOICES)
+
+
 def framework_names() -> list[str]:
-    """The accepted `agent_framework` values."""
-    return [value for value, _ in FRAMEWORK_CHOICES]
+    """The accepted `agent_framework` values, plugins' included."""
+    return [value for value, _ in framework_choices()]
 
 
 def load_handler_class(framework: str) -> type[BaseAgentHandler]:
@@ -76,6 +118,9 @@ def load_handler_class(framework: str) -> type[BaseAgentHandler]:
     LangGraph + langchain-openai) before its first turn. Raises UnknownFramework.
     """
     entry = _ADAPTERS.get(framework)
+    if entry is None:
+        load_plugins()
+        entry = _ADAPTERS.get(framework)
     if entry is None:
         raise UnknownFramework(f"Unknown agent framework {framework!r}; choose one of: {', '.join(framework_names())}.")
     module_name, _, class_name = entry[1].partition(":")

@@ -1,24 +1,40 @@
-"""The framework-agnostic agent contract: the messages, stream events and handler interface every framework implements.
+"""The framework-agnostic agent contract: the handler interface every framework implements.
 
-The worker talks only to these types; each framework adapter converts its native messages to
-`AgentMessage` at the boundary, so nothing outside `handlers/<framework>/` imports an agent framework.
+An adapter writes one method, `stream(turn)`: the turn arrives prepared (`handlers.turn_input`),
+and `invoke` / `astream` are built on `stream` here. The boundary types (`AgentMessage`,
+`StreamEvent`, ...) live in `handlers.messages` and are re-exported from this module.
 """
 
 from __future__ import annotations
 
-import enum
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import AsyncGenerator, Iterator, Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 from handlers.errors import AgentInvocationError
+from handlers.messages import (
+    AgentMessage,
+    AgentSession,
+    MessageRole,
+    SessionInfo,
+    StreamEvent,
+    StreamEventKind,
+    ToolCall,
+    Usage,
+    empty_usage,
+)
+from handlers.streaming import astream_from, final_result
+
+if TYPE_CHECKING:
+    from handlers.turn_input import TurnInput
 
 __all__ = [
     "AgentInvocationError",
     "AgentMessage",
     "AgentSession",
     "BaseAgentHandler",
+    "MessageRole",
+    "SessionInfo",
     "StreamEvent",
     "StreamEventKind",
     "ToolCall",
@@ -26,151 +42,50 @@ __all__ = [
     "empty_usage",
 ]
 
-Usage = dict[str, int]
-"""Token usage: `prompt_tokens`, `completion_tokens`, `total_tokens`."""
-
-ToolCall = dict[str, Any]
-"""One tool call as the model asked for it: `{"id", "name", "args"}`."""
-
-
-def empty_usage() -> Usage:
-    """Usage of a call that used no tokens."""
-    return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-
-
-class MessageRole(enum.StrEnum):
-    """Who wrote a stored message."""
-
-    USER = "user"
-    ASSISTANT = "assistant"
-    TOOL = "tool"
-
-
-@dataclass(frozen=True, kw_only=True)
-class AgentMessage:
-    """One message the agent produced during a turn: the common boundary type."""
-
-    role: str
-    """`"assistant"` or `"tool"`."""
-    content: str
-    """The text of the message (a tool's result for `"tool"`)."""
-    tool_calls: list[ToolCall] | None = None
-    """Tools an assistant message asks for, `[{"id", "name", "args"}]`."""
-    tool_call_id: str | None = None
-    """For a `"tool"` message, the id of the call it answers."""
-    citations: list[dict[str, Any]] | None = None
-    """For the final assistant message of a session with knowledge bases: the passages the answer is
-    based on, `[{"document_id", "title", "chunk_id", "snippet"}]` (see `handlers.knowledge`)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form used in events and `chatq show --json`."""
-        return {
-            "role": self.role,
-            "content": self.content,
-            "tool_calls": self.tool_calls,
-            "tool_call_id": self.tool_call_id,
-            "citations": self.citations,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> AgentMessage:
-        """Build a message from its JSON form."""
-        return cls(
-            role=str(data["role"]),
-            content=str(data.get("content") or ""),
-            tool_calls=list(data["tool_calls"]) if data.get("tool_calls") else None,
-            tool_call_id=data.get("tool_call_id"),
-            citations=[dict(c) for c in data["citations"]] if data.get("citations") else None,
-        )
-
-
-class StreamEventKind(enum.StrEnum):
-    """What a handler's stream event carries."""
-
-    TEXT = "text"
-    TOOL = "tool"
-    FINAL = "final"
-
-
-@dataclass(frozen=True, kw_only=True)
-class StreamEvent:
-    """What a handler yields while it streams."""
-
-    kind: str
-    """`"text"`, `"tool"` or `"final"` (a `StreamEventKind`)."""
-    text: str = ""
-    """The next chunk of reply text (`"text"`)."""
-    tool: dict[str, Any] | None = None
-    """`{"id", "name", "status": "started" | "finished"}` (`"tool"`)."""
-    response: Any = None
-    """What `invoke()` would return first: the list of `AgentMessage` (`"final"`)."""
-    usage: Usage | None = None
-    """Token usage of the whole invocation (`"final"`)."""
-
-
-@runtime_checkable
-class AgentSession(Protocol):
-    """What a handler needs to know of the chat session it serves (the ORM row satisfies it)."""
-
-    @property
-    def id(self) -> Any: ...
-    @property
-    def agent_framework(self) -> str: ...
-    @property
-    def model(self) -> str | None: ...
-    @property
-    def system_prompt(self) -> str | None: ...
-    @property
-    def metadata_(self) -> Mapping[str, Any] | None: ...
-
-
-@dataclass(frozen=True, kw_only=True)
-class SessionInfo:
-    """A detached, immutable view of a chat session, safe to hand to a handler in any thread."""
-
-    id: Any
-    """The session id (a UUID)."""
-    agent_framework: str
-    """`"langgraph"`, `"none"` or another registered framework (see `handlers.FRAMEWORK_CHOICES`)."""
-    model: str | None
-    """The model name (`echo` is the built-in offline model); None: the running process's default
-    (`Settings.session_model`)."""
-    system_prompt: str | None = None
-    """The session's own instructions, placed before chatq's shared policy."""
-    metadata_: Mapping[str, Any] | None = field(default=None)
-    """Free-form session metadata."""
-    knowledge_bases: tuple[str, ...] | None = None
-    """Names of the attached knowledge bases, sorted, as read when the turn was claimed; None when
-    not known (the handler then looks them up itself)."""
-
 
 class BaseAgentHandler(ABC):
-    """The contract every agent framework adapter implements."""
+    """The contract every agent framework adapter implements: `stream(turn)`, nothing else.
+
+    The turn arrives prepared (`handlers.turn_input.TurnInput`: history, system prompt, tools, the
+    first knowledge-base search, deadline); `invoke` and `astream` are built on `stream` here.
+    """
+
+    calls_tools: ClassVar[bool] = True
+    """False for a framework whose model calls no tools (`none`): its turns bind none, and a
+    knowledge-base search closes the system prompt instead of entering the conversation."""
 
     def __init__(self, session: AgentSession) -> None:
         self.session = session
 
     @abstractmethod
-    def invoke(
-        self, user_message: str, images: Sequence[str] | None = None, reply_to: int | None = None
-    ) -> tuple[list[AgentMessage], Usage]:
-        """Synchronous invocation. Returns (messages, usage) with usage keys
-        prompt_tokens, completion_tokens and total_tokens.
+    def stream(self, turn: TurnInput) -> Iterator[StreamEvent]:
+        """Run the agent on `turn`: yield "text" and "tool" events as they happen, then exactly one "final"
+        event whose `response` is the list of `AgentMessage` the turn produced and `usage` its tokens.
 
         Raises AgentInvocationError on timeout or failure, never an empty result.
         """
 
-    def stream(
+    def prepare(self, user_message: str, images: Sequence[str] | None = None, reply_to: int | None = None) -> TurnInput:
+        """The input of one invocation on this handler's session (what the worker builds before `stream`)."""
+        # Imported on first use: preparing reads Postgres, which `import handlers` must not need.
+        from handlers.turn_input import build_turn_input
+
+        return build_turn_input(
+            self.session, user_message, images=images, reply_to=reply_to, calls_tools=self.calls_tools
+        )
+
+    def invoke(
         self, user_message: str, images: Sequence[str] | None = None, reply_to: int | None = None
-    ) -> Iterator[StreamEvent]:
-        """Yield "text" and "tool" events as they happen, then one "final" event.
+    ) -> tuple[list[AgentMessage], Usage]:
+        """Prepare and stream one invocation to its end: (messages, usage), as the final event carries them."""
+        return final_result(self.stream(self.prepare(user_message, images, reply_to)))
 
-        Optional: callers catch NotImplementedError and fall back to invoke().
-        """
-        raise NotImplementedError
-
-    @abstractmethod
     def astream(
         self, user_message: str, images: Sequence[str] | None = None, reply_to: int | None = None
     ) -> AsyncGenerator[tuple[str, Usage], None]:
-        """Async streaming. Yields (chunk, usage) tuples; usage is empty until the last one."""
+        """Async (chunk, usage) tuples; usage is `{}` until the last one, which carries the totals.
+
+        The whole invocation (preparing included) runs on one thread of its own, for async consumers
+        that would otherwise advance `stream` on several threads.
+        """
+        return astream_from(lambda: self.stream(self.prepare(user_message, images, reply_to)))

@@ -5,10 +5,15 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Sequence
+from typing import Any
 
 from chatq.settings import ECHO_MODEL, get_settings
 
-__all__ = ["VISION_MODELS_ENV", "image_url", "model_accepts_images"]
+__all__ = ["VISION_MODELS_ENV", "UserContent", "image_url", "model_accepts_images", "user_content"]
+
+UserContent = str | list[dict[str, Any]]
+"""A user message's content in the OpenAI chat format: text, or text and `image_url` parts."""
 
 VISION_MODELS_ENV = "CHATQ_VISION_MODELS"
 """Comma-separated extra model names that take images (for self-hosted vision models)."""
@@ -47,3 +52,21 @@ def image_url(image: str) -> str:
     if mime is None:
         mime = "image/webp" if head[:4] == b"RIFF" and head[8:12] == b"WEBP" else "image/png"
     return f"data:{mime};base64,{ref}"
+
+
+def user_content(text: str, images: Sequence[str] = (), *, accepts_images: bool = True) -> UserContent:
+    """The user message's content: images become `image_url` parts when the model takes images.
+
+    A model that does not take images gets a short note instead, so it can tell the user why it
+    cannot see them rather than pretend there were none.
+    """
+    refs = [i for i in images if isinstance(i, str) and i.strip()]
+    if not refs:
+        return text
+    if not accepts_images:
+        noun = "image was" if len(refs) == 1 else "images were"
+        note = f"[{len(refs)} {noun} attached, but this model does not accept images.]"
+        return f"{text}\n\n{note}" if text else note
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    parts.extend({"type": "image_url", "image_url": {"url": image_url(i)}} for i in refs)
+    return parts

@@ -1,4 +1,4 @@
-"""Helpers every adapter can use around its `stream()`: `invoke` and `astream` derived from it.
+"""`BaseAgentHandler.invoke` and `astream`, derived from an adapter's `stream(turn)`.
 
 No agent framework is imported here.
 """
@@ -9,11 +9,11 @@ import asyncio
 import contextlib
 import contextvars
 import threading
-from collections.abc import AsyncGenerator, Callable, Generator, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 from typing import Any
 
-from handlers.base import AgentMessage, StreamEvent, StreamEventKind, Usage
 from handlers.errors import EMPTY_REPLY, AgentInvocationError
+from handlers.messages import AgentMessage, StreamEvent, StreamEventKind, Usage
 
 __all__ = ["astream_from", "final_result"]
 
@@ -30,7 +30,7 @@ _DONE = object()
 
 
 async def astream_from(
-    events: Callable[[], Generator[StreamEvent, None, None]],
+    events: Callable[[], Iterator[StreamEvent]],
 ) -> AsyncGenerator[tuple[str, Usage], None]:
     """Async (chunk, usage) tuples from a sync event stream run on its own thread.
 
@@ -49,11 +49,16 @@ async def astream_from(
 
     def pump() -> None:
         try:
-            with contextlib.closing(events()) as iterator:
+            iterator = events()
+            try:
                 for event in iterator:
                     put(event)
                     if stop.is_set():
                         return
+            finally:
+                close = getattr(iterator, "close", None)
+                if close is not None:
+                    close()
         except BaseException as exc:  # handed to the consumer, which re-raises it
             put(exc)
         else:

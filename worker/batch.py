@@ -19,6 +19,7 @@ from sqlalchemy import Table, func, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from chatq.settings import Settings, get_settings
+from handlers import framework_names
 from models.db import connection_scope, session_scope
 from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
 from worker.batch_resume import Comparison, Found, append_turns, compare, load_stored
@@ -26,7 +27,6 @@ from worker.dispatch import send_turns
 from worker.errors import InvalidTurn
 from worker.markers import in_queue
 from worker.payload import BATCH_QUEUE, task_message, validate_content
-from worker.producer import FRAMEWORKS
 
 SESSIONS = cast(Table, ChatSession.__table__)
 TURNS = cast(Table, Turn.__table__)
@@ -84,8 +84,9 @@ def parse_line(line_no: int, text: str, settings: Settings) -> Conversation:
     if not isinstance(session, dict):
         raise InvalidTurn('"session" must be an object')
     framework = session.get("framework", "langgraph")
-    if framework not in FRAMEWORKS:
-        raise InvalidTurn(f"unknown framework {framework!r}; choose one of: {', '.join(FRAMEWORKS)}")
+    frameworks = framework_names()  # the registry, with CHATQ_PLUGINS' frameworks
+    if framework not in frameworks:
+        raise InvalidTurn(f"unknown framework {framework!r}; choose one of: {', '.join(frameworks)}")
     model = session.get("model")
     if model is not None and (not isinstance(model, str) or len(model) > 200):
         raise InvalidTurn('"session.model" must be a model name')

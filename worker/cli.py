@@ -270,7 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
     session_sub = session.add_subparsers(dest="session_command", required=True, metavar="ACTION")
     create = session_sub.add_parser("create", help="create a session and print its id")
     create.add_argument(
-        "--framework", default="langgraph", help="agent framework: langgraph (default), none or plain_openai"
+        "--framework",
+        default="langgraph",
+        help="agent framework: langgraph (default), none, plain_openai or one a CHATQ_PLUGINS module registers",
     )
     create.add_argument(
         "--model", help="model name (default: the worker's default model, CHATQ_MODEL of the worker running a turn)"

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from chatq.settings import get_settings
+from handlers import framework_names
 from models.db import autocommit_scope, session_scope
 from models.knowledge import attach_knowledge_bases
 from models.tables import ACTIVE_STATUSES, ChatMessage, ChatSession, Turn, TurnStatus
@@ -40,9 +41,6 @@ from worker.payload import (
 )
 
 log = logging.getLogger(__name__)
-
-FRAMEWORKS = ("langgraph", "none", "plain_openai")
-"""Mirrors handlers.FRAMEWORK_CHOICES without importing the handlers package (kept equal by a test)."""
 
 
 class IfBusy(enum.StrEnum):
@@ -88,8 +86,9 @@ def create_session(
     Without `model` the session stores none (NULL): each turn runs on the default model of the
     worker that runs it (the worker's CHATQ_MODEL, or what its OPENAI_API_KEY implies).
     """
-    if framework not in FRAMEWORKS:
-        raise InvalidTurn(f"unknown agent framework {framework!r}; choose one of: {', '.join(FRAMEWORKS)}")
+    frameworks = framework_names()  # the registry, with CHATQ_PLUGINS' frameworks
+    if framework not in frameworks:
+        raise InvalidTurn(f"unknown agent framework {framework!r}; choose one of: {', '.join(frameworks)}")
     settings = get_settings()
     # No model: NULL, so the worker's default applies, not this process's (which may lack the key).
     model = validate_model(model)

@@ -245,19 +245,17 @@ def _run_claimed(claim: claims.Claim, started: float) -> Result:
 def run_handler(
     claim: claims.Claim, events: TurnEvents, lease: TurnLease, *, started: float | None = None
 ) -> tuple[list[AgentMessage], Usage]:
-    """Stream the session's handler, relaying text and tool events; fall back to invoke()."""
+    """Prepare the turn's input, stream the session's handler on it, relaying text and tool events."""
     from handlers import get_agent_handler
+    from handlers.turn_input import build_turn_input
 
     settings = get_settings()
     handler = get_agent_handler(claim.session)
-    images = list(claim.images) if claim.images else None
-    try:
-        stream: Iterator[StreamEvent] = iter(handler.stream(claim.content, images, claim.reply_to))
-        first = next(stream, None)
-    except NotImplementedError:
-        check_lease(lease)
-        messages, usage = handler.invoke(claim.content, images, claim.reply_to)
-        return validate_reply(messages, usage)
+    turn = build_turn_input(
+        claim.session, claim.content, images=claim.images, reply_to=claim.reply_to, calls_tools=handler.calls_tools
+    )
+    stream: Iterator[StreamEvent] = iter(handler.stream(turn))
+    first = next(stream, None)
     coalescer = TextCoalescer(events, claim.attempt, settings.text_coalesce_ms / 1000.0)
     final: StreamEvent | None = None
     event = first

@@ -9,12 +9,11 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
 from handlers.context import use_tool_context
-from handlers.knowledge import retrieval_step
 from handlers.langgraph.state import AgentState, turn_context
 from handlers.lc.messages import content_text
 from handlers.lc.turn import collect, stream_model
@@ -30,7 +29,7 @@ RETRIEVE_NODE = "retrieve"
 
 
 def retrieve_node(state: AgentState, config: RunnableConfig) -> dict[str, list[BaseMessage]]:
-    """Search the knowledge bases for the user's message before the model is asked anything.
+    """Add the turn's knowledge-base search (run when the turn was prepared) before the model is asked anything.
 
     The search goes into the conversation as an assistant tool call and its tool result, exactly
     as if the model had called `search_knowledge_base` itself, so the first model request already
@@ -38,8 +37,9 @@ def retrieve_node(state: AgentState, config: RunnableConfig) -> dict[str, list[B
     """
     context = turn_context(config)
     context.deadline.check()
-    question = next((content_text(m.content) for m in reversed(state["messages"]) if isinstance(m, HumanMessage)), "")
-    call, output = retrieval_step(context.tools, question)
+    if context.retrieval is None:
+        return {"messages": []}
+    call, output = context.retrieval.call, context.retrieval.output
     return {
         "messages": [
             AIMessage(content="", tool_calls=[{"id": call["id"], "name": call["name"], "args": call["args"]}]),

@@ -13,6 +13,7 @@ from langgraph.graph.message import add_messages
 
 from handlers.context import ToolContext
 from handlers.deadline import Deadline
+from handlers.turn_input import Retrieval
 
 __all__ = ["CONTEXT_KEY", "AgentState", "TurnContext", "turn_context"]
 
@@ -42,6 +43,8 @@ class TurnContext:
     """The turn timeout; each model call gets the remaining time."""
     tools: ToolContext
     """What the turn's tools see: session, knowledge bases, turn; set around every tool call."""
+    retrieval: Retrieval | None = None
+    """The turn's first knowledge-base search, already run; the retrieve node adds it to the conversation."""
     on_text: Callable[[str], None] | None = None
     """Receives the agent's text chunks as they stream (`GraphRun.on_text`); None when nobody listens."""
 

@@ -9,7 +9,7 @@ stays attached to the call it answers.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import (
     AIMessage,
@@ -21,7 +21,7 @@ from langchain_core.messages import (
 from langchain_core.messages.tool import ToolCall as LCToolCall
 
 from handlers.base import AgentMessage, ToolCall, Usage, empty_usage
-from handlers.images import image_url
+from handlers.images import image_url, user_content
 
 __all__ = [
     "content_text",
@@ -123,23 +123,8 @@ def to_agent_message(message: BaseMessage) -> AgentMessage:
 
 
 def user_message(content: str, images: Sequence[str] | None = None, *, accepts_images: bool = True) -> HumanMessage:
-    """The turn's user message; images become image_url content parts when the model takes images.
-
-    A model that does not take images gets a short note instead, so it can tell the user why it
-    cannot see them rather than pretend there were none.
-    """
-    images = [i for i in images or () if isinstance(i, str) and i.strip()]
-    if not images:
-        return HumanMessage(content=content)
-    if not accepts_images:
-        noun = "image was" if len(images) == 1 else "images were"
-        note = f"[{len(images)} {noun} attached, but this model does not accept images.]"
-        return HumanMessage(content=f"{content}\n\n{note}" if content else note)
-    parts: list[str | dict[str, Any]] = []
-    if content:
-        parts.append({"type": "text", "text": content})
-    parts.extend({"type": "image_url", "image_url": {"url": image_url(i)}} for i in images)
-    return HumanMessage(content=parts)
+    """The turn's user message (`handlers.images.user_content`: image parts, or a note for a model without images)."""
+    return HumanMessage(content=cast(Any, user_content(content, images or (), accepts_images=accepts_images)))
 
 
 def usage_from(messages: Iterable[BaseMessage]) -> Usage:

@@ -2,11 +2,10 @@
 
     [knowledge bases attached: search first] -> model -(tool calls?)-> run tools -> model ... -> reply
 
-Everything framework-specific stays in this file: the shared modules give the history
-(`handlers.history`), the system prompt (`handlers.prompts`), the tools (`handlers.tools`), the
-knowledge-base step and citations (`handlers.knowledge`) and the turn timeout
-(`handlers.deadline`); this adapter only speaks the OpenAI wire format and converts the result to
-`AgentMessage` at the boundary.
+The turn arrives prepared (`handlers.turn_input.TurnInput`: history, system prompt, tools, the
+first knowledge-base search, the deadline); this adapter only speaks the OpenAI wire format, runs
+the tools through the registry (`handlers.tools`) and converts the result to `AgentMessage` at
+the boundary.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import dataclasses
 import functools
 import json
 import re
-from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 import openai
@@ -26,14 +25,10 @@ from handlers.base import AgentMessage, BaseAgentHandler, StreamEvent, StreamEve
 from handlers.context import ToolContext
 from handlers.deadline import Deadline
 from handlers.errors import EMPTY_REPLY, AgentInvocationError, HandlerError
-from handlers.history import build_history
-from handlers.images import image_url, model_accepts_images
-from handlers.knowledge import choose_citations, retrieval_step, start_invocation
 from handlers.lc.errors import invocation_error  # maps `openai` SDK errors; imports no LangChain
-from handlers.prompts import build_system_prompt
-from handlers.streaming import astream_from, final_result
 from handlers.tokens import MESSAGE_OVERHEAD_TOKENS, count_tokens
-from handlers.tools import get_tool, run_tool, session_tool_names
+from handlers.tools import get_tool, run_tool
+from handlers.turn_input import TurnInput
 
 __all__ = ["MAX_MODEL_CALLS", "TOO_MANY_STEPS", "PlainOpenAIHandler"]
 
@@ -49,48 +44,22 @@ _WORD = re.compile(r"\s*\S+\s*|\s+")
 class PlainOpenAIHandler(BaseAgentHandler):
     """The `plain_openai` framework: the same behaviour as `langgraph`, without a framework."""
 
-    def invoke(
-        self, user_message: str, images: Sequence[str] | None = None, reply_to: int | None = None
-    ) -> tuple[list[AgentMessage], Usage]:
-        """The messages of this turn (assistant, tool, ..., final assistant) and usage."""
-        return final_result(self.stream(user_message, images, reply_to))
-
-    def astream(
-        self, user_message: str, images: Sequence[str] | None = None, reply_to: int | None = None
-    ) -> AsyncGenerator[tuple[str, Usage], None]:
-        """(chunk, usage) tuples; usage is `{}` until the last tuple, which carries the totals."""
-        return astream_from(lambda: self.stream(user_message, images, reply_to))
-
-    def stream(
-        self, user_message: str, images: Sequence[str] | None = None, reply_to: int | None = None
-    ) -> Generator[StreamEvent, None, None]:
+    def stream(self, turn: TurnInput) -> Generator[StreamEvent, None, None]:
         """Text events as tokens arrive, tool started/finished events, then exactly one final event."""
-        timeout = get_settings().turn_timeout
-        deadline = Deadline(timeout)
-        model = get_settings().session_model(self.session.model)
         produced: list[AgentMessage] = []
         usage = empty_usage()
         try:
-            invocation = start_invocation(self.session)
-            tools = session_tool_names((self.session.metadata_ or {}).get("tools"), invocation.knowledge_bases)
-            history = build_history(self.session, reply_to, user_message)
-            prompt = build_system_prompt(
-                self.session,
-                tools=tools,
-                history_summary=history.summary,
-                knowledge_bases=invocation.knowledge_bases,
-            )
-            messages: list[dict[str, Any]] = [{"role": "system", "content": prompt}]
-            messages.extend(_to_openai(m) for m in history.messages)
-            messages.append(_user_message(user_message, images, model))
-            if invocation.knowledge_bases:
-                # The first step of every question: search, as if the model had called the tool.
-                call, output = retrieval_step(invocation, user_message)
-                yield _tool_event(call, "started")
-                produced += _tool_round(messages, "", [call], [output])
-                yield _tool_event(call, "finished")
+            messages: list[dict[str, Any]] = [{"role": "system", "content": turn.system_prompt}]
+            messages.extend(_to_openai(m) for m in turn.history)
+            messages.append({"role": "user", "content": turn.user_content})
+            if turn.retrieval is not None:
+                # The search already ran; it enters the conversation as if the model had called the tool.
+                started, finished = turn.retrieval.events()
+                yield started
+                produced += _tool_round(messages, "", [turn.retrieval.call], [turn.retrieval.output])
+                yield finished
             for _ in range(MAX_MODEL_CALLS):
-                step = yield from _complete(model, messages, tools, deadline)
+                step = yield from _complete(turn.model, messages, turn.tools, turn.deadline)
                 for key in usage:
                     usage[key] += step.usage.get(key, 0)
                 if not step.calls:
@@ -100,9 +69,9 @@ class PlainOpenAIHandler(BaseAgentHandler):
                     break
                 outputs: list[str] = []
                 for call in step.calls:
-                    deadline.check()
+                    turn.deadline.check()
                     yield _tool_event(call, "started")
-                    outputs.append(_run(call, tools, invocation))
+                    outputs.append(_run(call, turn.tools, turn.tool_context))
                     yield _tool_event(call, "finished")
                 produced += _tool_round(messages, step.text, step.calls, outputs)
             else:
@@ -110,11 +79,8 @@ class PlainOpenAIHandler(BaseAgentHandler):
         except HandlerError:
             raise  # AgentInvocationError as is; other HandlerErrors are bad input (not retried)
         except Exception as exc:
-            raise invocation_error(exc, timeout=timeout) from exc
-        citations = choose_citations(invocation, produced[-1].content)
-        if citations:
-            produced[-1] = dataclasses.replace(produced[-1], citations=citations)
-        yield StreamEvent(kind=StreamEventKind.FINAL, response=produced, usage=usage)
+            raise invocation_error(exc, timeout=turn.timeout) from exc
+        yield turn.final_event(produced, usage)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -253,20 +219,6 @@ def _to_openai(payload: Mapping[str, Any]) -> dict[str, Any]:
     if role == "tool":
         return {"role": "tool", "tool_call_id": payload.get("tool_call_id") or "", "content": content}
     return {"role": role, "content": content}
-
-
-def _user_message(text: str, images: Sequence[str] | None, model: str) -> dict[str, Any]:
-    """The turn's user message; images as image_url parts for models that take them, else a note."""
-    refs = [i for i in images or () if isinstance(i, str) and i.strip()]
-    if not refs:
-        return {"role": "user", "content": text}
-    if not model_accepts_images(model):
-        noun = "image was" if len(refs) == 1 else "images were"
-        note = f"[{len(refs)} {noun} attached, but this model does not accept images.]"
-        return {"role": "user", "content": f"{text}\n\n{note}" if text else note}
-    parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
-    parts.extend({"type": "image_url", "image_url": {"url": image_url(i)}} for i in refs)
-    return {"role": "user", "content": parts}
 
 
 def _client(model: str) -> openai.OpenAI:

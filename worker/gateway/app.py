@@ -37,7 +37,7 @@ from worker.errors import (
 )
 from worker.gateway.auth import host_header_is_loopback
 from worker.gateway.config import GatewaySettings
-from worker.gateway.openapi import BASE_SCHEMA
+from worker.gateway.openapi import base_schema
 from worker.gateway.state import (
     Gateway,
     check_fields,
@@ -85,12 +85,12 @@ FAVICON = (
 
 def framework_options() -> bytes:
     """The page's framework choices, from the framework registry (a new framework shows up by itself)."""
-    from handlers import FRAMEWORK_CHOICES
+    from handlers import framework_choices
 
     options = [
         f'<option value="{html.escape(value)}"{" selected" if value == DEFAULT_FRAMEWORK else ""}>'
         f"{html.escape(label)}</option>"
-        for value, label in FRAMEWORK_CHOICES
+        for value, label in framework_choices()
     ]
     return "".join(options).encode("utf-8")
 
@@ -163,7 +163,10 @@ async def readyz(request: Request) -> Response:
 
 
 async def openapi(request: Request) -> Response:
-    return JSONResponse(SchemaGenerator(BASE_SCHEMA).get_schema(routes=request.app.routes))
+    from handlers import framework_names
+
+    schema = base_schema(framework_names(), default=DEFAULT_FRAMEWORK)
+    return JSONResponse(SchemaGenerator(schema).get_schema(routes=request.app.routes))
 
 
 async def create_session(request: Request) -> Response:

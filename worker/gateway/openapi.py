@@ -6,6 +6,8 @@ collects them into `GET /openapi.json`.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Sequence
 from typing import Any
 
 EVENT_EXAMPLE = (
@@ -119,7 +121,8 @@ BASE_SCHEMA: dict[str, Any] = {
                 "type": "object",
                 "additionalProperties": False,
                 "properties": {
-                    "framework": {"type": "string", "enum": ["langgraph", "none"], "default": "langgraph"},
+                    # The enum and default are the framework registry's (`base_schema`).
+                    "framework": {"type": "string"},
                     "model": {
                         "type": ["string", "null"],
                         "description": (
@@ -237,3 +240,12 @@ BASE_SCHEMA: dict[str, Any] = {
         },
     },
 }
+
+
+def base_schema(frameworks: Sequence[str], *, default: str) -> dict[str, Any]:
+    """`BASE_SCHEMA` with the registered frameworks (plugins' included) as the enum of `NewSession.framework`."""
+    schema = copy.deepcopy(BASE_SCHEMA)
+    framework = schema["components"]["schemas"]["NewSession"]["properties"]["framework"]
+    framework["enum"] = list(frameworks)
+    framework["default"] = default
+    return schema

@@ -17,6 +17,7 @@ from handlers import AgentInvocationError, AgentMessage, BaseAgentHandler, frame
 from handlers.base import SessionInfo, Usage
 from tests.support.env import environ
 from tests.support.factories import add_turn, assistant, user
+from tests.support.handlers import stream_turn
 from tests.support.openai_stub import OpenAIStub
 
 MakeSession = Callable[..., SessionInfo]
@@ -52,7 +53,7 @@ def test_stream_yields_text_then_exactly_one_final_like_invoke(
     framework: str, stub_env: OpenAIStub, make_session: MakeSession
 ) -> None:
     handler = get_agent_handler(make_session(framework=framework))
-    events = list(handler.stream("[words: 6]"))
+    events = list(stream_turn(handler, "[words: 6]"))
     kinds = [e.kind for e in events]
     assert kinds[-1] == "final" and kinds.count("final") == 1
     assert set(kinds[:-1]) == {"text"}
@@ -101,7 +102,7 @@ def test_timeout_raises_agent_invocation_error(framework: str, stub_env: OpenAIS
             handler.invoke("hello [sleep: 5]")
         assert time.monotonic() - started < 2.5
         with pytest.raises(AgentInvocationError, match="turn timeout"):
-            list(handler.stream("[words: 50] [slow: 0.1]"))
+            list(stream_turn(handler, "[words: 50] [slow: 0.1]"))
         assert time.monotonic() - started < 5
 
 

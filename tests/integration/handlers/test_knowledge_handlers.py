@@ -24,6 +24,7 @@ from models.knowledge import attach_knowledge_bases
 from models.tables import PaidToolCall, TurnStatus
 from tests.support.env import environ
 from tests.support.factories import add_turn, user
+from tests.support.handlers import stream_turn
 from tests.support.knowledge import Corpus, make_corpus
 from tests.support.openai_stub import OpenAIStub
 
@@ -94,9 +95,8 @@ def test_the_reply_cites_the_documents_it_names(
 ) -> None:
     session = _kb_session(make_session, corpus, framework)
     # The search finds the refund policy (both chunks) and the warranty; the answer names one document.
-    events = list(
-        get_agent_handler(session).stream("damaged goods refund? [answer: Per the Refund policy: full price back.]")
-    )
+    message = "damaged goods refund? [answer: Per the Refund policy: full price back.]"
+    events = list(stream_turn(get_agent_handler(session), message))
     final = events[-1]
     assert final.kind == "final"
     reply: AgentMessage = final.response[-1]

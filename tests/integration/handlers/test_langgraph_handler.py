@@ -16,6 +16,7 @@ from handlers.base import SessionInfo, Usage
 from handlers.errors import ThreadHopError, UnknownTool
 from tests.support.env import environ
 from tests.support.fixtures import STUB_API_KEY
+from tests.support.handlers import stream_turn
 from tests.support.openai_stub import OpenAIStub
 
 MakeSession = Callable[..., SessionInfo]
@@ -39,7 +40,7 @@ def test_plain_reply_via_invoke(stub_env: OpenAIStub, make_session: MakeSession)
 
 
 def test_stream_sends_text_before_one_final(stub_env: OpenAIStub, make_session: MakeSession) -> None:
-    events = list(get_agent_handler(make_session()).stream("stream me [words: 5]"))
+    events = list(stream_turn(get_agent_handler(make_session()), "stream me [words: 5]"))
     kinds = [e.kind for e in events]
     assert kinds.count("final") == 1 and kinds[-1] == "final"
     texts = [e.text for e in events if e.kind == "text"]
@@ -53,7 +54,7 @@ def test_stream_sends_text_before_one_final(stub_env: OpenAIStub, make_session: 
 def test_text_arrives_while_the_model_is_still_streaming(stub_env: OpenAIStub, make_session: MakeSession) -> None:
     started = time.monotonic()
     seen: list[tuple[float, StreamEvent]] = []
-    for event in get_agent_handler(make_session()).stream("[words: 6] [slow: 0.15]"):
+    for event in stream_turn(get_agent_handler(make_session()), "[words: 6] [slow: 0.15]"):
         seen.append((time.monotonic() - started, event))
     first_text = next(t for t, e in seen if e.kind == "text")
     final_at = seen[-1][0]
@@ -74,7 +75,7 @@ def test_system_prompt_is_the_first_message(stub_env: OpenAIStub, make_session: 
 
 
 def test_calculator_round_trip(stub_env: OpenAIStub, make_session: MakeSession) -> None:
-    events = list(get_agent_handler(make_session()).stream("what is six times seven? [calc: 6*7]"))
+    events = list(stream_turn(get_agent_handler(make_session()), "what is six times seven? [calc: 6*7]"))
     final = events[-1]
     assert final.kind == "final"
     call, result, answer = final.response
@@ -140,7 +141,7 @@ def test_a_trickling_stream_is_cut_at_the_timeout(stub_env: OpenAIStub, make_ses
     with environ(CHATQ_TURN_TIMEOUT="1"):
         started = time.monotonic()
         with pytest.raises(AgentInvocationError, match="turn timeout"):
-            for event in handler.stream("[words: 50] [slow: 0.1]"):
+            for event in stream_turn(handler, "[words: 50] [slow: 0.1]"):
                 texts.append(event.text)
         elapsed = time.monotonic() - started
     assert texts  # some text arrived before the cut
@@ -270,7 +271,7 @@ def test_astream_raises_invocation_errors(stub_env: OpenAIStub, make_session: Ma
 def test_echo_model_needs_no_key_and_no_network(make_session: MakeSession) -> None:
     with environ(OPENAI_BASE_URL="", OPENAI_API_KEY=""):
         handler = get_agent_handler(make_session(model="echo"))
-        events = list(handler.stream("echo this back"))
+        events = list(stream_turn(handler, "echo this back"))
     assert "".join(e.text for e in events if e.kind == "text") == "echo this back"
     final = events[-1]
     assert final.response == [AgentMessage(role="assistant", content="echo this back")]
@@ -296,7 +297,7 @@ def test_concurrent_turns_share_the_graph_and_client(stub_env: OpenAIStub, make_
 
 
 def test_closing_the_stream_early_stops_the_model_call(stub_env: OpenAIStub, make_session: MakeSession) -> None:
-    stream = get_agent_handler(make_session()).stream("[words: 60] [slow: 0.1]")
+    stream = stream_turn(get_agent_handler(make_session()), "[words: 60] [slow: 0.1]")
     first = next(stream)
     assert first.kind == "text"
     started = time.monotonic()
@@ -307,7 +308,7 @@ def test_closing_the_stream_early_stops_the_model_call(stub_env: OpenAIStub, mak
 def test_a_stream_advanced_on_another_thread_is_refused_in_one_line(
     stub_env: OpenAIStub, make_session: MakeSession
 ) -> None:
-    stream = get_agent_handler(make_session()).stream("[words: 6] [slow: 0.01]")
+    stream = stream_turn(get_agent_handler(make_session()), "[words: 6] [slow: 0.01]")
     assert next(stream).kind == "text"
     raised: list[BaseException] = []
     other = threading.Thread(target=lambda: raised.extend(_exception_of(lambda: next(stream))))
@@ -331,7 +332,7 @@ def test_an_invocation_starts_no_thread_once_warm(
 ) -> None:
     # The graph runs on a greenlet of the caller's thread (handlers/langgraph/streaming.py), not on
     # threads of its own or a pool built per call.
-    list(get_agent_handler(make_session()).stream("warm up [words: 3]"))
+    list(stream_turn(get_agent_handler(make_session()), "warm up [words: 3]"))
     started: list[str] = []
     original = threading.Thread.start
 
@@ -344,6 +345,7 @@ def test_an_invocation_starts_no_thread_once_warm(
 
     monkeypatch.setattr(threading.Thread, "start", counting_start)
     for i in range(3):
-        texts = [e.text for e in get_agent_handler(make_session()).stream(f"call {i} [words: 4]") if e.kind == "text"]
+        events = stream_turn(get_agent_handler(make_session()), f"call {i} [words: 4]")
+        texts = [e.text for e in events if e.kind == "text"]
         assert "".join(texts) == "w1 w2 w3 w4"
     assert started == []

@@ -12,6 +12,7 @@ from handlers import AgentInvocationError, AgentMessage, get_agent_handler
 from handlers.base import SessionInfo, Usage
 from handlers.none.handler import NoneHandler
 from tests.support.env import environ
+from tests.support.handlers import stream_turn
 from tests.support.openai_stub import OpenAIStub
 
 MakeSession = Callable[..., SessionInfo]
@@ -20,7 +21,7 @@ MakeSession = Callable[..., SessionInfo]
 def test_none_streams_a_plain_reply(stub_env: OpenAIStub, make_session: MakeSession) -> None:
     handler = get_agent_handler(make_session(framework="none", system_prompt="Be terse."))
     assert isinstance(handler, NoneHandler)
-    events = list(handler.stream("hello none [words: 4]"))
+    events = list(stream_turn(handler, "hello none [words: 4]"))
     assert [e.kind for e in events].count("text") >= 4
     assert "".join(e.text for e in events if e.kind == "text") == "w1 w2 w3 w4"
     final = events[-1]

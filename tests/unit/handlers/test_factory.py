@@ -48,7 +48,8 @@ def test_exports() -> None:
 def test_importing_handlers_imports_no_agent_framework() -> None:
     code = (
         "import json, sys\n"
-        "import handlers, handlers.base, handlers.errors, handlers.tools\n"
+        "import handlers, handlers.base, handlers.errors, handlers.tools, handlers.messages\n"
+        "import handlers.turn_input, handlers.streaming, handlers.history, handlers.prompts\n"
         "from handlers import get_agent_handler, FRAMEWORK_CHOICES\n"
         "prefixes = ('langchain', 'langgraph', 'openai', 'langchain_core', 'langchain_openai')\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in prefixes)))\n"

@@ -127,10 +127,3 @@ def test_deeply_nested_metadata_is_refused_without_recursion() -> None:
 def test_redacted_kwargs_never_show_user_content() -> None:
     shown = redacted_kwargs({"turn_id": TURN, "session_id": SESSION, "content": "my secret plan", "images": ["x"]})
     assert "secret" not in shown and "<14 chars>" in shown and TURN in shown
-
-
-def test_the_producer_knows_every_registered_framework() -> None:
-    from handlers import framework_names
-    from worker.producer import FRAMEWORKS
-
-    assert sorted(FRAMEWORKS) == sorted(framework_names())

@@ -1,0 +1,203 @@
+"""One turn's input, prepared once for every framework: what an adapter's `stream(turn)` receives.
+
+The recipe every adapter used to repeat (deadline, tools, history from Postgres, system prompt,
+knowledge-base search, citations) lives here, so the adapters only run their agent. The worker
+builds the input with `build_turn_input` just before it calls `stream`; `BaseAgentHandler.invoke`
+and `astream` build it the same way. No agent framework is imported here (the ruff ban of
+handlers/ruff.toml applies).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.exc import DBAPIError
+
+from chatq.errors import ConfigError
+from chatq.settings import get_settings, mask_secrets
+from handlers.context import ToolContext
+from handlers.deadline import Deadline
+from handlers.errors import AgentInvocationError, HandlerError
+from handlers.history import build_history
+from handlers.images import UserContent, model_accepts_images, user_content
+from handlers.knowledge import choose_citations, retrieval_step, start_invocation
+from handlers.messages import AgentMessage, AgentSession, StreamEvent, StreamEventKind, ToolCall, Usage
+from handlers.prompts import build_system_prompt
+from handlers.tools import session_tool_names
+
+__all__ = ["Retrieval", "TurnInput", "build_turn_input"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Retrieval:
+    """The first knowledge-base search of a turn, already run (and, being a paid tool, recorded)."""
+
+    call: ToolCall
+    """The `search_knowledge_base` call, `{"id", "name", "args": {"query"}}`, as if the model had made it."""
+    output: str
+    """What the search returned (the text the model reads)."""
+    in_prompt: bool
+    """True for a framework that calls no tools: `output` already closes `TurnInput.system_prompt`.
+    False: the adapter puts `messages()` into the conversation before its first model call."""
+
+    def messages(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The search as an assistant tool call and its tool result, in the neutral form of `TurnInput.history`."""
+        call = {"id": self.call["id"], "name": self.call["name"], "args": dict(self.call.get("args") or {})}
+        return (
+            {"role": "assistant", "content": "", "tool_calls": [call], "tool_call_id": None},
+            {"role": "tool", "content": self.output, "tool_calls": None, "tool_call_id": call["id"]},
+        )
+
+    def agent_messages(self) -> list[AgentMessage]:
+        """The same two messages as the turn stores them (for an adapter that builds `AgentMessage`s itself)."""
+        return [AgentMessage.from_dict(message) for message in self.messages()]
+
+    def events(self) -> tuple[StreamEvent, StreamEvent]:
+        """The `tool` events of the search (started, finished), which every adapter yields first."""
+        tool = {"id": self.call["id"], "name": self.call["name"]}
+        return (
+            StreamEvent(kind=StreamEventKind.TOOL, tool={**tool, "status": "started"}),
+            StreamEvent(kind=StreamEventKind.TOOL, tool={**tool, "status": "finished"}),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnInput:
+    """Everything an adapter needs for one invocation: state in, persistence already done.
+
+    Built once per invocation (an attempt of a turn); an adapter converts it to its framework's
+    messages and runs its agent, and never reads Postgres or the settings for it.
+    """
+
+    session: AgentSession
+    """The session (`id`, `agent_framework`, `model`, `system_prompt`, `metadata_`), for logs and ids."""
+    model: str
+    """The model to call: the session's, or this process's default (`CHATQ_MODEL`) when it names none."""
+    user_message: str
+    """The user's new message, as sent."""
+    images: tuple[str, ...]
+    """Image references sent with it (URLs, data: URLs or bare base64), non-empty ones only."""
+    user_content: UserContent
+    """The user message for the model, OpenAI chat format: the text, or text and `image_url` parts when
+    the model takes images (else the text with a note that images were left out)."""
+    reply_to: int | None
+    """The user message this turn answers again (regenerate/edit); the history stops before it."""
+    history: tuple[dict[str, Any], ...]
+    """Earlier conversation within `CHATQ_HISTORY_TOKENS`, oldest first, as neutral dicts
+    `{"role", "content", "tool_calls", "tool_call_id"}` (tool calls `[{"id", "name", "args"}]`)."""
+    history_omitted: int
+    """How many earlier messages were left out to fit the budget (the prompt summarises them)."""
+    system_prompt: str
+    """chatq's system prompt: the session's own, the tool rules, the knowledge-base policy, error handling."""
+    tools: tuple[str, ...]
+    """Registry tools to bind (`handlers.tools.get_tool(name)`): the session's `metadata["tools"]` or the
+    defaults, plus `search_knowledge_base` exactly when knowledge bases are attached. Empty for a
+    framework that calls no tools. Run each call with `run_tool(name, args, context=turn.tool_context.for_call(id))`."""
+    knowledge_bases: tuple[str, ...]
+    """Names of the attached knowledge bases; empty: none (do not search)."""
+    retrieval: Retrieval | None
+    """The retrieval policy applied: with knowledge bases, the first search of the question, already
+    run (see `Retrieval.in_prompt` for where it goes); None without knowledge bases."""
+    tool_context: ToolContext
+    """This invocation as its tools see it (session, knowledge bases, turn, hits found so far)."""
+    deadline: Deadline
+    """The turn timeout (`CHATQ_TURN_TIMEOUT`), started when the input was built: `remaining()` for request
+    timeouts, `check()` between chunks and steps."""
+
+    @property
+    def timeout(self) -> float:
+        """The turn timeout in seconds (for `invocation_error(exc, timeout=...)`)."""
+        return self.deadline.seconds
+
+    def final_event(self, messages: Sequence[AgentMessage], usage: Usage) -> StreamEvent:
+        """The one `final` event: `messages` with the citations of the last (knowledge bases only) and `usage`."""
+        produced = list(messages)
+        if produced:
+            citations = choose_citations(self.tool_context, produced[-1].content)
+            if citations:
+                produced[-1] = dataclasses.replace(produced[-1], citations=citations)
+        return StreamEvent(kind=StreamEventKind.FINAL, response=produced, usage=dict(usage))
+
+
+def build_turn_input(
+    session: AgentSession,
+    user_message: str,
+    *,
+    images: Sequence[str] | None = None,
+    reply_to: int | None = None,
+    calls_tools: bool = True,
+) -> TurnInput:
+    """Prepare one invocation on `session`: deadline, tools, history, system prompt, first search.
+
+    `calls_tools` is the adapter's `BaseAgentHandler.calls_tools`: False binds no tools and puts a
+    knowledge-base search at the end of the system prompt instead of into the conversation.
+
+    Fails as an adapter would: a HandlerError (an unknown tool, a `reply_to` of another session) as
+    is; a database or configuration error unchanged (the worker retries the delivery, or fails the
+    turn); anything else as AgentInvocationError.
+    """
+    deadline = Deadline(get_settings().turn_timeout)
+    try:
+        return _build(session, user_message, images, reply_to, calls_tools, deadline)
+    except (HandlerError, DBAPIError, ConfigError):
+        raise
+    except Exception as exc:
+        logger.warning(
+            "session %s: preparing the turn failed: %s: %s",
+            session.id,
+            type(exc).__name__,
+            mask_secrets(str(exc))[:500],
+            exc_info=True,
+        )
+        raise AgentInvocationError(f"The agent failed ({type(exc).__name__}).") from exc
+
+
+def _build(
+    session: AgentSession,
+    text: str,
+    images: Sequence[str] | None,
+    reply_to: int | None,
+    calls_tools: bool,
+    deadline: Deadline,
+) -> TurnInput:
+    model = get_settings().session_model(session.model)
+    tool_context = start_invocation(session)
+    knowledge_bases = tool_context.knowledge_bases
+    tools = session_tool_names((session.metadata_ or {}).get("tools"), knowledge_bases) if calls_tools else ()
+    # History first: a `reply_to` of another session fails before a paid search is made.
+    history = build_history(session, reply_to, text)
+    retrieval: Retrieval | None = None
+    if knowledge_bases:
+        # The first step of every question is a search with the user's message.
+        call, output = retrieval_step(tool_context, text)
+        retrieval = Retrieval(call=call, output=output, in_prompt=not calls_tools)
+    prompt = build_system_prompt(
+        session,
+        tools=tools,
+        history_summary=history.summary,
+        knowledge_bases=knowledge_bases,
+        knowledge_results=retrieval.output if retrieval is not None and retrieval.in_prompt else None,
+    )
+    refs = tuple(i for i in images or () if isinstance(i, str) and i.strip())
+    return TurnInput(
+        session=session,
+        model=model,
+        user_message=text,
+        images=refs,
+        user_content=user_content(text, refs, accepts_images=model_accepts_images(model)),
+        reply_to=reply_to,
+        history=tuple(history.messages),
+        history_omitted=history.omitted,
+        system_prompt=prompt,
+        tools=tuple(tools),
+        knowledge_bases=tuple(knowledge_bases),
+        retrieval=retrieval,
+        tool_context=tool_context,
+        deadline=deadline,
+    )

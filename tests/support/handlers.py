@@ -1,0 +1,34 @@
+"""Driving a handler the way the worker does, and plugging a framework in the way CHATQ_PLUGINS does."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from handlers import unregister_framework
+from handlers.base import BaseAgentHandler, StreamEvent
+from tests.support.env import environ
+
+STREAM_ONLY_PLUGIN = "tests.support.stream_only"
+"""The plugin module that registers the `stream_only` framework (an adapter with only `stream`)."""
+
+
+def stream_turn(
+    handler: BaseAgentHandler, text: str, images: Sequence[str] | None = None, reply_to: int | None = None
+) -> Iterator[StreamEvent]:
+    """`handler.stream(turn)` on the input the worker would build for `text`."""
+    return handler.stream(handler.prepare(text, images, reply_to))
+
+
+@contextmanager
+def plugin_installed(module: str, framework: str) -> Iterator[None]:
+    """CHATQ_PLUGINS names `module` for the block (chatq imports it when it reads the framework
+    registry); afterwards `framework` is unregistered and the module forgotten, so the next block
+    imports and registers it again."""
+    try:
+        with environ(CHATQ_PLUGINS=module):
+            yield
+    finally:
+        unregister_framework(framework)
+        sys.modules.pop(module, None)
