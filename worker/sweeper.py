@@ -9,6 +9,7 @@ decides who runs them, and a turn whose workers keep dying is failed there (CHAT
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -85,7 +86,14 @@ def sweep_lock() -> Iterator[bool]:
     """
     with unpooled_connection() as connection:
         held = bool(connection.scalar(text("SELECT pg_try_advisory_lock(:key)"), {"key": SWEEP_LOCK_KEY}))
-        yield held
+        try:
+            yield held
+        finally:
+            if held:
+                # Released now, not when the server gets round to ending the closed session's
+                # backend: the next sweeper (or this one's next round) must find it free.
+                with contextlib.suppress(Exception):
+                    connection.scalar(text("SELECT pg_advisory_unlock(:key)"), {"key": SWEEP_LOCK_KEY})
 
 
 def sweep_exclusively() -> SweepReport | None:
