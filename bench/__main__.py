@@ -43,10 +43,13 @@ def machine() -> dict[str, str]:
 
 def run_one(name: str, quick: bool) -> list[dict[str, Any]]:
     """Run one benchmark in this process and print its blocks."""
+    from bench import public_api
     from bench.common import git_revision, print_block
 
+    public_api.apply()
     module = importlib.import_module(f"bench.{name}")
-    print(f"\n### {name} (revision {git_revision()})", flush=True)
+    off = f", public API for {', '.join(public_api.names())}" if public_api.names() else ""
+    print(f"\n### {name} (revision {git_revision()}{off})", flush=True)
     started = time.monotonic()
     blocks = module.run(quick=quick)
     for block in blocks:

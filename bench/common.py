@@ -289,7 +289,9 @@ def chatq_worker(
     `--without-gossip --without-mingle` only shorten start-up (there is one worker per broker db).
     """
     hostname = f"{name}-{uuid.uuid4().hex[:6]}"
-    command = [sys.executable, "-m", "worker.cli", "worker", "--hostname", f"{hostname}@%h"]
+    # With CHATQ_BENCH_PUBLIC_API set, the shortcuts it names are off in the worker (bench.public_api).
+    entry = "bench.public_api" if os.environ.get("CHATQ_BENCH_PUBLIC_API") else "worker.cli"
+    command = [sys.executable, "-m", entry, "worker", "--hostname", f"{hostname}@%h"]
     if concurrency is not None:
         command += ["--concurrency", str(concurrency)]
     command += ["--without-gossip", "--without-mingle"]

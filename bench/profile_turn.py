@@ -6,6 +6,11 @@ Celery task calls), so everything except Celery itself is covered. Each stage is
 charged the process CPU time (`time.process_time`, all threads: LangGraph runs nodes on its own
 threads) it used; stages nest (a publish inside the handler loop is also part of `run_handler`).
 `--cprofile FILE` also writes a cProfile (process CPU timer) of the measured turns.
+
+`--compare kombu_channel,redis_resp,openai_client` measures chatq's shortcuts (chatq/shortcuts/)
+against the public API side by side instead: for each round and each named shortcut, 2 x `--turns`
+turns alternating between the shortcut taken and its `ENABLED` off, then the per-turn CPU of the
+stage it is on and of the whole turn for both sides, their ratios and the spread over `--rounds`.
 """
 
 from __future__ import annotations
@@ -77,12 +82,112 @@ def _install(totals: dict[str, float], counts: dict[str, int]) -> None:
             setattr(owner, name, _wrap(totals, counts, label, original))
 
 
+SHORTCUTS = ("kombu_channel", "redis_resp", "openai_client", "control")
+# The stage each shortcut is on (a label of STAGES); "control" switches nothing (the noise floor).
+SHORTCUT_STAGE = {
+    "control": "  run_handler",
+    "kombu_channel": "  send_task",
+    "redis_resp": "  of which TurnEvents.send (JSON + one Redis pipeline)",
+    "openai_client": "  run_handler",
+}
+
+
+def _switch(name: str) -> Callable[[bool], None]:
+    """A function selecting the shortcut (True) or the public API (False) for the next turn."""
+    import importlib
+
+    if name == "control":
+        return lambda enabled: None
+    module = importlib.import_module(f"chatq.shortcuts.{name}")
+    if name != "openai_client":
+
+        def select(enabled: bool) -> None:
+            module.ENABLED = enabled
+
+        return select
+    from handlers.lc import models
+
+    # The SDK client is chosen when a chat model is built (cached per model): keep one cache per
+    # side, each built with the switch in its position, and swap the cache, not the switch.
+    built = models._openai
+    caches = {enabled: functools.lru_cache(maxsize=32)(built.__wrapped__) for enabled in (True, False)}
+
+    def select_client(enabled: bool) -> None:
+        module.ENABLED = enabled
+        models._openai = caches[enabled]
+
+    return select_client
+
+
+def _compare(one: Callable[[Any], None], names: list[str], turns: int, rounds: int, model: str) -> None:
+    """Turns alternate between the shortcut and the public API (ABAB..., so both sides share the
+    machine's load); per-turn CPU of the shortcut's stage and of the whole turn, and their ratio."""
+    totals: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    _install(totals, counts)
+    ratios: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for round_ in range(rounds):
+        for name in names:
+            select = _switch(name)
+            stage = SHORTCUT_STAGE[name]
+            spent = {True: [0.0, 0.0], False: [0.0, 0.0]}  # [stage, whole turn]
+            sessions = create_sessions(2 * turns + 4, model=model)
+            for index, session_id in enumerate(sessions):
+                enabled = (index + round_) % 2 == 0
+                select(enabled)
+                before = totals[stage]
+                c0 = time.process_time()
+                one(session_id)
+                if index >= 4:  # the first turns of each side build its clients
+                    spent[enabled][1] += time.process_time() - c0
+                    spent[enabled][0] += totals[stage] - before
+            select(True)
+            on, off = ([value / turns * 1000 for value in spent[side]] for side in (True, False))
+            ratios[name].append((off[0] / on[0], off[1] / on[1]))
+            print(
+                f"round {round_ + 1} {name:<14} stage {stage.strip()[:28]:<28} shortcut {on[0]:6.3f}"
+                f" public {off[0]:6.3f} ms ({off[0] / on[0]:.3f}x);"
+                f" turn {on[1]:6.3f} / {off[1]:6.3f} ms ({off[1] / on[1]:.3f}x)",
+                flush=True,
+            )
+    print(f"public API / shortcut, CPU per turn, {turns} turns a side a round, {rounds} rounds, model {model}")
+    for name in names:
+        for what, column in (("stage", 0), ("turn", 1)):
+            values = sorted(pair[column] for pair in ratios[name])
+            print(
+                f"  {name:<14} {what:<6} {values[0]:.3f}x to {values[-1]:.3f}x (median {values[len(values) // 2]:.3f}x)"
+            )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=100)
     parser.add_argument("--model", default="gpt-4o-mini")
     parser.add_argument("--cprofile", default=None)
+    parser.add_argument("--compare", default=None, help="comma-separated shortcuts: " + ", ".join(SHORTCUTS))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--services",
+        choices=("shared", "private"),
+        default="shared",
+        help="private: run against an own redis-server + Postgres cluster (bench.services), safe from neighbours",
+    )
     args = parser.parse_args(argv)
+    if args.services == "private" and not os.environ.get("CHATQ_BENCH_CHILD"):
+        import subprocess
+        import sys
+
+        from bench.services import private_services
+
+        # Re-run in a child: tests.support.services reads the URLs when it is imported.
+        with private_services() as env:
+            child = [a for a in (sys.argv[1:] if argv is None else argv) if a not in ("--services", "private")]
+            full = {**os.environ, **env, "CHATQ_BENCH_CHILD": "1"}
+            subprocess.run([sys.executable, "-m", "bench.profile_turn", *child], env=full, check=True)
+        return
+    names = [name for name in (args.compare or "").split(",") if name]
+    if any(name not in SHORTCUTS for name in names):
+        parser.error(f"--compare takes any of {', '.join(SHORTCUTS)}")
 
     with isolated_services("profile") as _env, Stub() as stub:
         stub.start()
@@ -101,6 +206,9 @@ def main(argv: list[str] | None = None) -> None:
 
         for session_id in create_sessions(5, model=args.model):
             one(session_id)  # warm-up: clients, graph, pools, prepared statements
+        if names:
+            _compare(one, names, args.turns, args.rounds, args.model)
+            return
         sessions = create_sessions(args.turns, model=args.model)
         totals: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)

@@ -262,7 +262,8 @@ def _totals_statement(*, bounded: bool) -> Select[Any]:
 def _counted_statement(*, bounded: bool) -> Select[Any]:
     """The same counts by counting: every earlier message and turn on the (session_id, position)
     unique indexes (index-only scans), minus what the session's other-than-succeeded turns hold.
-    About 1-2 ms per 10,000 earlier messages; only for sessions whose totals are missing."""
+    Linear in the earlier messages (BENCHMARKS.md, history_scale); only for sessions whose totals
+    are missing."""
     messages_before, turns_before = _bounds(bounded=bounded)
     all_messages = select(func.count()).select_from(ChatMessage).where(*messages_before).scalar_subquery()
     all_turns = select(func.count()).select_from(Turn).where(*turns_before).scalar_subquery()

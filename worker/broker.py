@@ -1,19 +1,13 @@
-"""The Redis broker transport chatq's Celery app uses: kombu's, with one client per channel.
+"""The Redis broker transport chatq's Celery app uses: kombu's, with the consumer guarded.
 
-kombu's Redis channel builds a new `redis.Redis` for every command it sends outside its consumer
-loop (`Channel.conn_or_acquire` without a client): each task message and each task event (sent,
-received, started, succeeded) gets its own. redis-py 8 spends about 0.2 ms of CPU building one
-(it copies some 170 response callbacks into a case-insensitive dict), more than the publish's
-round trip. A `redis.Redis` is thread-safe over its connection pool, so one per channel serves
-every publish; it is dropped with the pools when kombu drops them (a fork, a closed channel).
+Every item BRPOP takes from chatq's queues passes `worker.intake` before kombu parses it, and one
+refused is set aside (`worker.deadletter`) instead of raising in the consumer loop, where it would
+stop the worker (or be restored and stop the next one).
 
-It also guards the consumer: every item BRPOP takes from chatq's queues passes `worker.intake`
-before kombu parses it, and one refused is set aside (`worker.deadletter`) instead of raising in
-the consumer loop, where it would stop the worker (or be restored and stop the next one).
-
-Both reach into kombu's Redis channel (`conn_or_acquire`, `_brpop_read`, `_create_client`); they
-were written against kombu 5.5 to 5.7 (pinned in pyproject.toml). Where `_brpop_read` is missing
-the channel is kombu's own, unguarded, and the worker logs that once.
+The guard overrides kombu's Redis channel's `_brpop_read` (written against kombu 5.5 to 5.7,
+bounded in pyproject.toml); where `_brpop_read` is missing the channel is kombu's own, unguarded,
+and the worker logs that once. The channel also reuses one redis-py client per channel
+(`chatq.shortcuts.kombu_channel`, a performance shortcut with its own fallback).
 
 Selected with `broker_transport` in `celeryconfig.py`; URLs, options and TLS work as with kombu's.
 """
@@ -21,17 +15,15 @@ Selected with `broker_transport` in `celeryconfig.py`; URLs, options and TLS wor
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from queue import Empty
 from typing import Any
 
-import redis
 from kombu.transport import redis as kombu_redis
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
 
 from chatq.settings import get_settings
+from chatq.shortcuts.kombu_channel import ClientReusingChannel
 from worker import intake
 from worker.deadletter import notify_refused, set_aside
 from worker.payload import QUEUES
@@ -43,25 +35,8 @@ _GUARDED = hasattr(kombu_redis.Channel, "_brpop_read")
 __all__ = ["Channel", "Transport"]
 
 
-class Channel(kombu_redis.Channel):
-    """kombu's Redis channel, reusing one client for commands that bring none."""
-
-    _shared_client: redis.Redis | None = None
-
-    @contextmanager
-    def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:
-        if client:
-            yield client
-            return
-        shared = self._shared_client
-        if shared is None:
-            # A race here builds two clients over the same pool; harmless, the last one is kept.
-            shared = self._shared_client = self._create_client()  # type: ignore[attr-defined]
-        yield shared
-
-    def _disconnect_pools(self) -> None:
-        self._shared_client = None
-        super()._disconnect_pools()  # type: ignore[misc]
+class Channel(ClientReusingChannel):
+    """kombu's Redis channel (one client per channel), with each item of chatq's queues checked first."""
 
     if _GUARDED:
 

@@ -1,6 +1,6 @@
 """Stream events (docs/contract.md, "Stream events"): Redis pub/sub per session plus a replay stream per turn.
 
-Each event costs one round trip: PUBLISH, XADD and EXPIRE go in one write (`worker.resp`).
+Each event costs one round trip: PUBLISH, XADD and EXPIRE go in one write (`chatq.shortcuts.redis_resp`).
 Publishing is best effort by design: Postgres holds the truth, so a Redis hiccup is logged and the
 turn goes on rather than failing a reply the model already produced.
 """
@@ -22,7 +22,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from chatq.settings import get_settings, mask_secrets
-from worker.resp import pack, roundtrip
+from chatq.shortcuts.redis_resp import roundtrip
 
 log = logging.getLogger(__name__)
 
@@ -204,10 +204,10 @@ class TurnEvents:
         arguments = (1, events._stream, events._channel, events.retention, head + '"seq":', "," + tail)
         try:
             try:
-                replies = roundtrip(events.client, [pack("EVALSHA", _NUMBER_AND_PUBLISH_SHA, *arguments)])
+                replies = roundtrip(events.client, [("EVALSHA", _NUMBER_AND_PUBLISH_SHA, *arguments)])
             except redis.exceptions.NoScriptError:
                 # Not cached yet (a new or restarted Redis): EVAL runs it and caches it.
-                replies = roundtrip(events.client, [pack("EVAL", _NUMBER_AND_PUBLISH, *arguments)])
+                replies = roundtrip(events.client, [("EVAL", _NUMBER_AND_PUBLISH, *arguments)])
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             events._went_down(1, exc)
             return events
@@ -256,14 +256,14 @@ class TurnEvents:
         if not terminal and time.monotonic() < self._down_until:
             return False
         payloads = [encode_event(event) for event in batch]
-        commands = []
+        commands: list[tuple[str | int, ...]] = []
         for payload in payloads:
-            commands.append(pack("PUBLISH", self._channel, payload))
-            commands.append(pack("XADD", self._stream, "*", "event", payload))
+            commands.append(("PUBLISH", self._channel, payload))
+            commands.append(("XADD", self._stream, "*", "event", payload))
         # The retention clock is set with the first event (a turn whose worker dies still
         # expires) and restarted by the terminal one; events in between need not touch it.
         if terminal or not self._expiry_set:
-            commands.append(pack("EXPIRE", self._stream, self.retention))
+            commands.append(("EXPIRE", self._stream, self.retention))
         try:
             roundtrip(self.client, commands)
         except redis.RedisError as exc:

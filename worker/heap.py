@@ -2,9 +2,9 @@
 
 A worker imports LangGraph, LangChain, the OpenAI SDK, SQLAlchemy and Celery before its first
 turn: about 230,000 container objects that live as long as the process. CPython's full
-(generation 2) collection walks every one of them, and a busy worker runs one every 100 to 200
-turns (bench io_concurrency): 100-180 ms of CPU each while holding the interpreter lock, which
-stalls every turn in the process. `gc.freeze()` moves them to the permanent generation, so full
+(generation 2) collection walks every one of them, and a busy worker runs one every few hundred
+turns, each holding the interpreter lock long enough to stall every turn in the process (figures
+in BENCHMARKS.md, bench io_concurrency). `gc.freeze()` moves them to the permanent generation, so full
 passes only walk what the turns themselves keep (the technique of Instagram's "Dismissing Python
 Garbage Collection", and of preforking servers that freeze before they fork). Collection itself
 stays on, with the default thresholds: turns still free their reference cycles.

@@ -7,8 +7,8 @@ up, and the caller's thread wakes on the waiter's future. Each invocation also b
 pool and two threads. Handing tokens to a consumer thread through a queue of our own is cheaper
 but still costs a GIL hand-off per token: the graph's thread keeps the GIL until it next blocks,
 so a reply's last chunk, which arrives together with the finish and usage chunks, waited for the
-node to build its whole reply (1.6 ms per reply against the stub, the whole p99 of chatq's stream
-latency).
+node to build its whole reply (against the stub, that wait was the whole p99 of chatq's stream
+latency; BENCHMARKS.md has the figures).
 
 Here the graph runs with `stream_mode="updates"`, which LangGraph executes inline on the calling
 thread, inside a greenlet (the coroutine switch SQLAlchemy's asyncio bridge uses). The agent node

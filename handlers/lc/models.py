@@ -48,14 +48,14 @@ def _openai(model: str, base_url: str | None, api_key: str | None, timeout: floa
     from langchain_openai import ChatOpenAI
     from pydantic import SecretStr
 
-    from handlers.lc.openai_client import build_client
+    from chatq.shortcuts.openai_client import build_client
 
     key = api_key or NO_KEY_PLACEHOLDER
     # chatq retries a failed invocation itself (one retry, with events); a hidden SDK retry
     # would double the wait and break the turn timeout.
     max_retries = 0
     # Our SDK client keeps streamed chunks as dicts and posts plain-JSON bodies as they are
-    # (handlers/lc/openai_client.py).
+    # (chatq/shortcuts/openai_client.py).
     root = build_client(base_url=base_url, api_key=key, timeout=timeout, max_retries=max_retries)
     return ChatOpenAI(
         model=model,

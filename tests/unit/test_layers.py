@@ -141,3 +141,24 @@ def test_the_cycle_finder_finds_a_cycle_and_the_graph_sees_lazy_imports() -> Non
     assert _cycles({"a": {"b"}, "b": set()}) == []
     # worker.runner imports handlers only inside a function: the graph still has the edge.
     assert "handlers" in import_graph()["worker.runner"]
+
+
+def _private_imports(tree: ast.AST) -> Iterator[str]:
+    """Imported modules of other libraries with a private part (`openai._base_client`)."""
+    for node in _imports(tree):
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        for name in names:
+            if name.split(".")[0] not in LAYERS and any(part.startswith("_") for part in name.split(".")):
+                yield name
+
+
+def test_only_chatq_shortcuts_imports_other_libraries_private_modules() -> None:
+    found = {
+        f"{name} -> {target}"
+        for name, path in _modules().items()
+        for target in _private_imports(ast.parse(path.read_text(), filename=str(path)))
+        if target != "__future__" and not name.startswith("chatq.shortcuts.")
+    }
+    assert found == set()
+    shortcuts = _modules()["chatq.shortcuts.openai_client"]
+    assert "openai._base_client" in set(_private_imports(ast.parse(shortcuts.read_text())))

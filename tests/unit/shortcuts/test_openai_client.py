@@ -1,4 +1,5 @@
-"""handlers/lc/openai_client.py against the stub: dict chunks, and nothing LangChain sees changes."""
+"""chatq/shortcuts/openai_client.py against the stub: dict chunks, plain-JSON bodies, nothing LangChain
+sees changes, and the stock client where the shortcut is not taken."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from langchain_openai import ChatOpenAI
 from openai.types.chat import ChatCompletion
 from pydantic import SecretStr
 
+from chatq.shortcuts import openai_client
+from chatq.shortcuts.openai_client import DictChunkOpenAI, PlainJSONCompletions, build_client, is_plain_json
+from handlers.lc import models
 from handlers.lc.models import get_chat_model
-from handlers.lc.openai_client import DictChunkOpenAI, PlainJSONCompletions, build_client, is_plain_json
 from tests.support.openai_stub import OpenAIStub
 
 CONTENTS = ["[words: 4]", "[calc: 6*7]", '[tool: current_time {"timezone": "UTC"}]']
@@ -24,6 +27,7 @@ def clients(openai_stub: OpenAIStub) -> Iterator[tuple[openai.OpenAI, DictChunkO
     openai_stub.clear()
     plain = openai.OpenAI(base_url=openai_stub.base_url, api_key="sk-test", max_retries=0)
     fast = build_client(base_url=openai_stub.base_url, api_key="sk-test", timeout=10, max_retries=0)
+    assert isinstance(fast, DictChunkOpenAI)
     with plain, fast:
         yield plain, fast
 
@@ -100,6 +104,31 @@ def test_the_chat_models_chatq_builds_use_it(stub_env: OpenAIStub) -> None:
     assert isinstance(model, ChatOpenAI)
     assert isinstance(model.root_client, DictChunkOpenAI)
     assert model.client is not None and model.client._client is model.root_client
+
+
+@pytest.fixture
+def shortcut_off(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The module's switch off, as when the gate finds another SDK; chat models built afresh."""
+    monkeypatch.setattr(openai_client, "ENABLED", False)
+    models._openai.cache_clear()
+    yield
+    models._openai.cache_clear()
+
+
+@pytest.mark.usefixtures("shortcut_off")
+def test_where_the_shortcut_is_off_chatq_builds_on_the_stock_client_and_streams_the_same(
+    stub_env: OpenAIStub,
+) -> None:
+    assert type(build_client(base_url=stub_env.base_url, api_key="k", timeout=5, max_retries=0)) is openai.OpenAI
+    model = get_chat_model("gpt-4o-mini")
+    assert isinstance(model, ChatOpenAI)
+    assert type(model.root_client) is openai.OpenAI
+    chunks = list(model.stream([HumanMessage("[words: 4]")]))
+    merged = chunks[0]
+    for chunk in chunks[1:]:
+        merged = merged + chunk
+    assert isinstance(merged.content, str) and len(merged.content.split()) == 4
+    assert merged.usage_metadata is not None and merged.usage_metadata["output_tokens"] > 0
 
 
 # A body like the ones langchain-openai sends, with every shape chatq's handlers produce.
