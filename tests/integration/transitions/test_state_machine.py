@@ -162,9 +162,12 @@ class TurnMachine(RuleBasedStateMachine):
         if verdict is not None:
             assert result.status is verdict, (result, turn)
         else:
-            # Poison is decided from the crash counts; an expired lease records its stop first.
-            after = _row(turn.id)
-            reason = poison_reason(after if taken_over else before, max_deliveries=get_settings().max_deliveries)
+            # Poison is decided from the crash counts; an expired lease records its stop first, and
+            # the claim's own delivery is counted after the decision.
+            decided = _row(turn.id) if taken_over else before
+            if taken_over and result.status is ClaimStatus.CLAIMED:
+                decided.deliveries -= 1
+            reason = poison_reason(decided, max_deliveries=get_settings().max_deliveries)
             expected = ClaimStatus.CLAIMED if reason is None else ClaimStatus.POISONED
             assert (result.status, result.error) == (expected, reason), (result, turn)
         if result.status is ClaimStatus.CLAIMED:
