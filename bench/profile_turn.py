@@ -28,7 +28,7 @@ from bench.common import Stub, create_sessions, isolated_services, use_stub
 STAGES: list[tuple[str, str, str]] = [
     # (label, module, attribute): wrapped where the caller looks it up
     ("submit_turn", "worker.producer", "submit_turn"),
-    ("  turns.insert_turn", "worker.turns", "insert_turn"),
+    ("  claims.insert_turn", "worker.claims", "insert_turn"),
     ("  send_task", "worker.producer", "send_turn"),
     ("execute_turn", "worker.runner", "execute_turn"),
     ("  claim_turn", "worker.claims", "claim_turn"),

@@ -15,22 +15,22 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, func, insert, select
+from sqlalchemy import Table, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from chatq.settings import Settings, get_settings
 from handlers import framework_names
 from models.db import connection_scope, session_scope
 from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
+from worker import claims
 from worker.batch_resume import Comparison, Found, append_turns, compare, load_stored
 from worker.dispatch import send_turns
 from worker.errors import InvalidTurn
 from worker.markers import in_queue
 from worker.payload import BATCH_QUEUE, task_message, validate_content
+from worker.turns import runs_next
 
 SESSIONS = cast(Table, ChatSession.__table__)
-TURNS = cast(Table, Turn.__table__)
-MESSAGES = cast(Table, ChatMessage.__table__)
 BATCH_NAMESPACE = uuid.UUID("5d0f3c39-1f4e-4c8e-9a53-2b0d0c9e6a71")
 FINISHED = (TurnStatus.SUCCEEDED, TurnStatus.FAILED, TurnStatus.CANCELLED)
 
@@ -245,9 +245,7 @@ def _insert(batch_id: str, conversations: Sequence[Conversation]) -> set[uuid.UU
         )
         for index, content in enumerate(conv.turns):
             tid = turn_uuid(batch_id, conv.id, index)
-            turns.append(
-                {"id": tid, "session_id": sid, "position": index, "status": TurnStatus.QUEUED, "queue": BATCH_QUEUE}
-            )
+            turns.append({"id": tid, "session_id": sid, "position": index, "queue": BATCH_QUEUE})
             messages.append(
                 {
                     "session_id": sid,
@@ -268,28 +266,21 @@ def _insert(batch_id: str, conversations: Sequence[Conversation]) -> set[uuid.UU
         if not fresh:
             return fresh
         # A session that already existed was stored with all its turns by another run.
-        db.execute(insert(TURNS), [t for t in turns if t["session_id"] in fresh])
-        db.execute(insert(MESSAGES), [m for m in messages if m["session_id"] in fresh])
+        claims.insert_queued_turns(
+            db,
+            [t for t in turns if t["session_id"] in fresh],
+            [m for m in messages if m["session_id"] in fresh],
+        )
         return fresh
 
 
 def _runnable_heads(session_ids: Sequence[uuid.UUID]) -> list[dict[str, Any]]:
     """Task messages for each session's first unfinished turn that is still queued."""
     with session_scope() as db:
-        first_active = (
-            select(Turn.session_id, func.min(Turn.position).label("position"))
-            .where(Turn.session_id.in_(session_ids), Turn.status.in_((TurnStatus.QUEUED, TurnStatus.RUNNING)))
-            .group_by(Turn.session_id)
-            .subquery()
-        )
         rows = db.execute(
             select(Turn.id, Turn.session_id, ChatMessage.content)
-            .join(
-                first_active,
-                (first_active.c.session_id == Turn.session_id) & (first_active.c.position == Turn.position),
-            )
             .join(ChatMessage, (ChatMessage.turn_id == Turn.id) & (ChatMessage.role == "user"))
-            .where(Turn.status == TurnStatus.QUEUED)
+            .where(Turn.session_id.in_(session_ids), Turn.status == TurnStatus.QUEUED, runs_next())
         ).all()
     return [
         task_message(turn_id=tid, session_id=sid, content=content, images=None, reply_to=None)

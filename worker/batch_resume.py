@@ -20,8 +20,9 @@ from sqlalchemy.orm import Session
 
 from models.db import session_scope
 from models.tables import ChatMessage, ChatSession, Turn, TurnStatus
+from worker.claims import insert_turn
 from worker.payload import BATCH_QUEUE, TurnRequest
-from worker.turns import insert_turn, lock_session
+from worker.turns import lock_session
 
 if TYPE_CHECKING:
     from worker.batch import Conversation

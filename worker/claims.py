@@ -1,8 +1,15 @@
-"""Claiming and ending turns: who runs a turn, and the guarded writes that end it.
+"""Every transition of a turn's status, and nothing else writes `turns.status`.
 
-A claim takes a `queued` turn (or a `running` one whose lease expired) only when no earlier turn
-of its session is still active, under the session row lock; ending a turn requires the claim's
-`lease_token`, so a worker that lost its lease (a zombie) cannot write a second reply.
+insert (`insert_turn`, `ensure_turn`, `insert_queued_turns`) -> queued; claim (`claim_turn`) ->
+running; retry and hand back (`requeue_turn`) -> queued; complete (`complete_turn`) -> succeeded;
+fail or cancel (`finish_turn`, `request_cancel`) -> failed / cancelled; take over (a lease ran out:
+`take_over` for the sweeper, or a claim) -> queued or running again, or failed as poison.
+A finished turn never changes again: every statement here matches only unfinished turns.
+
+A claim takes a `queued` turn (or a `running` one whose lease expired) only when it is the turn its
+session runs next (`worker.turns.runs_next_sql`), under the session row lock; ending a turn
+requires the claim's `lease_token`, so a worker that lost its lease (a zombie) cannot write a
+second reply. The statements themselves are in `worker.transition_sql`.
 """
 
 from __future__ import annotations
@@ -10,21 +17,32 @@ from __future__ import annotations
 import enum
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import and_, bindparam, exists, func, select, text, update
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import Connection, Table, and_, func, insert, select, update
+from sqlalchemy.orm import Session
 
 from chatq.settings import get_settings
 from handlers.base import AgentMessage, SessionInfo, Usage
 from models.db import autocommit_scope, connection_scope, session_scope
-from models.tables import ACTIVE_STATUSES, MESSAGE_POSITION_STRIDE, ChatMessage, Turn, TurnStatus
-from worker.errors import InvalidTurn
-from worker.payload import session_conflict, task_message
-from worker.turns import NextTurn, lock_session, next_in, poison_reason, record_stops, session_info
+from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, Turn, TurnStatus
+from worker import transition_sql as sql
+from worker.errors import InvalidTurn, SessionNotFound, TurnExists
+from worker.leases import renewal_interval
+from worker.payload import TurnRequest, session_conflict, task_message
+from worker.turns import (
+    NextTurn,
+    check_reply_to,
+    ensure_session,
+    lock_session,
+    next_in,
+    poison_reason,
+    runs_next,
+    session_info,
+)
 
 log = logging.getLogger(__name__)
 
@@ -94,58 +112,6 @@ class ClaimResult:
     """For POISONED and CANCELLED: the turn's attempts so far."""
 
 
-_FAST_CLAIM = text(
-    """
-    WITH relaxed AS (
-        -- This statement's commit does not wait for the WAL flush (see `claim_turn`).
-        SELECT set_config('synchronous_commit', 'off', true) AS synchronous_commit
-    ),
-    locked AS (
-        SELECT s.id, s.agent_framework, s.model, s.system_prompt, s.metadata
-        FROM chat_sessions s
-        WHERE s.id = (SELECT session_id FROM turns WHERE id = :turn_id)
-        FOR NO KEY UPDATE
-    ),
-    claimed AS (
-        UPDATE turns t
-        SET status = 'running',
-            attempts = t.attempts + 1,
-            deliveries = t.deliveries + 1,
-            lease_token = :token,
-            lease_expires_at = clock_timestamp() + make_interval(secs => :lease_seconds),
-            worker = :worker,
-            started_at = coalesce(t.started_at, clock_timestamp())
-        FROM locked
-        WHERE t.id = :turn_id
-          AND t.session_id = locked.id
-          AND t.session_id = coalesce(CAST(:session_id AS uuid), t.session_id)
-          AND t.status = 'queued'
-          AND NOT t.cancel_requested
-          -- Not poison: the negation of `worker.turns.poison_reason`.
-          AND t.lone_crashes < :max_deliveries
-          AND NOT (cardinality(t.crash_hosts) >= 2 AND t.deliveries >= :max_deliveries)
-          AND NOT EXISTS (
-              SELECT 1 FROM turns e
-              WHERE e.session_id = t.session_id AND e.position < t.position AND e.status IN ('queued', 'running')
-          )
-        RETURNING t.id, t.session_id, t.position, t.attempts, t.deliveries, t.reply_to, t.queue
-    )
-    SELECT claimed.*, locked.agent_framework, locked.model, locked.system_prompt, locked.metadata,
-           m.content, m.images,
-           ARRAY(
-               SELECT kb.name FROM session_knowledge_bases skb
-               JOIN knowledge_bases kb ON kb.id = skb.knowledge_base_id
-               WHERE skb.session_id = claimed.session_id
-               ORDER BY kb.name
-           ) AS knowledge_bases
-    FROM claimed
-    JOIN locked ON true
-    JOIN relaxed ON true
-    JOIN chat_messages m ON m.turn_id = claimed.id AND m.role = 'user'
-    """
-).bindparams(bindparam("session_id", value=None))  # no session given: any session
-
-
 def claim_turn(turn_id: uuid.UUID, *, worker: str, session_id: uuid.UUID | None = None) -> ClaimResult:
     """Take a turn for running, if it is this turn's go. See the module docstring.
 
@@ -161,7 +127,7 @@ def claim_turn(turn_id: uuid.UUID, *, worker: str, session_id: uuid.UUID | None 
     with autocommit_scope() as db:
         row = (
             db.execute(
-                _FAST_CLAIM,
+                sql.FAST_CLAIM,
                 {
                     "turn_id": turn_id,
                     "session_id": session_id,
@@ -200,7 +166,7 @@ def claim_turn(turn_id: uuid.UUID, *, worker: str, session_id: uuid.UUID | None 
 
 
 def _claim_slow(turn_id: uuid.UUID, *, worker: str, expected_session: uuid.UUID | None = None) -> ClaimResult:
-    """The claim with every case spelled out (see `_FAST_CLAIM`)."""
+    """The claim with every case spelled out (see `worker.transition_sql.FAST_CLAIM`): the cases it hands over."""
     settings = get_settings()
     with session_scope() as db:
         session_id = db.execute(select(Turn.session_id).where(Turn.id == turn_id)).scalar_one_or_none()
@@ -219,16 +185,7 @@ def _claim_slow(turn_id: uuid.UUID, *, worker: str, expected_session: uuid.UUID 
         now = db.execute(select(func.clock_timestamp())).scalar_one()
         if turn.status is TurnStatus.RUNNING and turn.lease_expires_at is not None and turn.lease_expires_at > now:
             return ClaimResult(status=ClaimStatus.BUSY, retry_after=(turn.lease_expires_at - now).total_seconds())
-        earlier_active = db.execute(
-            select(
-                exists().where(
-                    Turn.session_id == session_id,
-                    Turn.position < turn.position,
-                    Turn.status.in_(ACTIVE_STATUSES),
-                )
-            )
-        ).scalar_one()
-        if earlier_active:
+        if not db.execute(select(runs_next()).where(Turn.id == turn_id)).scalar_one():
             return ClaimResult(status=ClaimStatus.BLOCKED)
         if turn.status is TurnStatus.RUNNING:
             # Its worker stopped: recorded before the turn moves on, whichever way (see `record_stops`).
@@ -291,64 +248,6 @@ class Finished:
     """The session's next queued turn, to send now (found in the same transaction)."""
 
 
-_COMPLETE = text(
-    """
-    WITH prior AS (
-        -- Turns of a session end in position order, so the last succeeded one before this turn
-        -- holds the session's totals so far (NULL only if an older chatq stored it: counted then).
-        SELECT history_turns, history_messages FROM turns
-        WHERE session_id = :session_id AND status = 'succeeded' AND position < :position
-        ORDER BY position DESC LIMIT 1
-    ),
-    done AS (
-        UPDATE turns
-        SET status = 'succeeded', prompt_tokens = :prompt_tokens, completion_tokens = :completion_tokens,
-            total_tokens = :total_tokens, error = NULL, lease_token = NULL, lease_expires_at = NULL,
-            finished_at = clock_timestamp(),
-            -- the prior turn's totals, or a count when it has none (also 0 when there is no prior)
-            history_turns = 1 + coalesce(
-                (SELECT history_turns FROM prior),
-                (SELECT count(*) FROM turns p
-                 WHERE p.session_id = :session_id AND p.status = 'succeeded' AND p.position < :position)
-            ),
-            -- this turn's own messages: those stored before it ran (its user message) and the reply
-            history_messages = (SELECT count(*) FROM chat_messages WHERE turn_id = :turn_id)
-                + jsonb_array_length(:messages)
-                + coalesce(
-                    (SELECT history_messages FROM prior),
-                    (SELECT count(*) FROM chat_messages m JOIN turns p ON p.id = m.turn_id
-                     WHERE p.session_id = :session_id AND p.status = 'succeeded' AND p.position < :position)
-                )
-        WHERE id = :turn_id AND status = 'running' AND lease_token = :token
-        RETURNING id, session_id, position
-    ),
-    stored AS (
-        INSERT INTO chat_messages (session_id, turn_id, position, role, content, tool_calls, tool_call_id, citations)
-        SELECT done.session_id, done.id, done.position * :stride + m.offset, m.role, m.content,
-               m.tool_calls, m.tool_call_id, m.citations
-        FROM done, jsonb_to_recordset(:messages)
-            AS m("offset" int, role text, content text, tool_calls jsonb, tool_call_id text, citations jsonb)
-    ),
-    following AS (
-        -- next_in's statement; this statement's snapshot still sees the turn above as running.
-        UPDATE turns t SET enqueued_at = clock_timestamp()
-        FROM chat_messages m
-        WHERE EXISTS (SELECT 1 FROM done)
-          AND t.id = (
-                SELECT id FROM turns
-                WHERE session_id = :session_id AND status IN ('queued', 'running') AND id <> :turn_id
-                ORDER BY position LIMIT 1
-            )
-          AND t.status = 'queued'
-          AND m.turn_id = t.id AND m.role = 'user'
-        RETURNING t.id, t.session_id, t.queue, t.reply_to, m.content, m.images
-    )
-    SELECT EXISTS (SELECT 1 FROM done) AS stored, following.*
-    FROM (SELECT 1) AS one LEFT JOIN following ON true
-    """
-).bindparams(bindparam("messages", type_=JSONB))
-
-
 def complete_turn(claim: Claim, messages: Sequence[AgentMessage], usage: Usage) -> Finished:
     """Store the reply and usage, once; nothing is stored if the lease was lost.
 
@@ -371,7 +270,7 @@ def complete_turn(claim: Claim, messages: Sequence[AgentMessage], usage: Usage) 
     with autocommit_scope() as db:
         row = (
             db.execute(
-                _COMPLETE,
+                sql.COMPLETE,
                 {
                     "turn_id": claim.turn_id,
                     "token": claim.lease_token,
@@ -433,3 +332,91 @@ def requeue_turn(claim: Claim, *, error: str | None = None, hand_back: bool = Fa
             .returning(Turn.id)
         ).scalar_one_or_none()
         return done is not None
+
+
+def request_cancel(db: Session | Connection, turn_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, TurnStatus]:
+    """Cancel unfinished turns in the caller's transaction: queued ones end `cancelled` now, running
+    ones are asked to stop (their worker ends them). Returns each changed turn's status now."""
+    if not turn_ids:
+        return {}
+    rows = db.execute(sql.CANCEL, {"turn_ids": list(turn_ids)}).all()
+    return {row.id: TurnStatus(row.status) for row in rows}
+
+
+def record_stops(db: Session, turn_ids: Sequence[uuid.UUID]) -> None:
+    """Record that the workers running these turns stopped: their leases ran out unrenewed.
+
+    The caller holds the turns' row locks, has seen them `running` with an expired lease and is
+    about to move them on. One statement for all of them, so turns of one worker handled together
+    see each other as they were; each turn keeps its stop (`stopped_worker`, `stopped_at`), so a
+    turn handled later still finds those moved before it. The window is a renewal interval either
+    side, and as much again for a slow renewal query: a live worker's leases sit about a lease
+    length ahead, well outside it.
+    """
+    window = 1.5 * renewal_interval(get_settings().lease_seconds)
+    db.execute(sql.RECORD_STOPS, {"turn_ids": list(turn_ids), "window": window})
+
+
+def take_over(db: Session, turn_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+    """Release turns whose lease ran out back to `queued` (the sweeper), their stops recorded first.
+
+    The caller holds their row locks. Returns those released (still running with an expired lease).
+    """
+    if not turn_ids:
+        return []
+    # All in one statement, before any lease is cleared: turns that stopped together see each other.
+    record_stops(db, turn_ids)
+    return list(db.execute(sql.RELEASE, {"turn_ids": list(turn_ids)}).scalars())
+
+
+def insert_turn(db: Session | Connection, request: TurnRequest, *, queue: str) -> int:
+    """Add a queued turn and its user message; returns the turn's position.
+
+    One statement (take the session's next position, insert the turn and its user message), so it
+    is atomic also in autocommit; taking the position locks the session row. Raises SessionNotFound,
+    or TurnExists when the id is taken (then no position is used, except by a duplicate racing this
+    very insert).
+    """
+    check_reply_to(db, request.session_id, request.reply_to)
+    row = db.execute(
+        sql.INSERT_TURN,
+        {
+            "session_id": request.session_id,
+            "turn_id": request.turn_id,
+            "queue": queue,
+            "reply_to": request.reply_to,
+            "content": request.content,
+            "images": list(request.images) if request.images else None,
+            "stride": MESSAGE_POSITION_STRIDE,
+        },
+    ).one()
+    if row.position is not None:
+        return int(row.position)
+    if not row.session_exists:
+        raise SessionNotFound(f"session {request.session_id} does not exist")
+    raise TurnExists(f"turn {request.turn_id} already exists")
+
+
+def ensure_turn(request: TurnRequest, *, queue: str) -> bool:
+    """Insert a turn that arrived only through Redis; True if it was inserted now."""
+    try:
+        with session_scope() as db:
+            ensure_session(db, request.session_id)
+            insert_turn(db, request, queue=queue)
+    except TurnExists:
+        return False
+    return True
+
+
+def insert_queued_turns(
+    db: Connection, turns: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[str, Any]]
+) -> None:
+    """Store many new turns as `queued` with their user messages (a batch's fresh sessions).
+
+    `turns` are rows of `turns` without a status (their sessions' positions already taken);
+    `messages` rows of `chat_messages`. Core executemany: one cached statement sent in pages.
+    """
+    if turns:
+        db.execute(insert(cast(Table, Turn.__table__)), [{**row, "status": TurnStatus.QUEUED} for row in turns])
+    if messages:
+        db.execute(insert(cast(Table, ChatMessage.__table__)), list(messages))

@@ -14,14 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from chatq.settings import get_settings
 from handlers import framework_names
 from models.db import autocommit_scope, session_scope
 from models.knowledge import attach_knowledge_bases
-from models.tables import ACTIVE_STATUSES, ChatMessage, ChatSession, Turn, TurnStatus
-from worker import turns
+from models.tables import ChatMessage, ChatSession, Turn, TurnStatus
+from worker import claims, turns
 from worker.dispatch import kick_next, send_turn
 from worker.errors import InvalidTurn, NotCancellable, SessionBusy, TurnConflict, TurnExists, TurnNotFound
 from worker.events import EventType, TurnEvents
@@ -144,14 +144,14 @@ def submit_turn(
         if busy_policy is IfBusy.ENQUEUE:
             # The common case is one statement, so it needs no transaction around it.
             with autocommit_scope() as conn:
-                position = turns.insert_turn(conn, request, queue=queue)
+                position = claims.insert_turn(conn, request, queue=queue)
         else:
             with session_scope() as db:
                 # The session row lock first: concurrent submits queue up here before looking at
                 # the session's unfinished turns.
                 turns.lock_session(db, request.session_id)
                 cancelled = _apply_busy_policy(db, request.session_id, busy_policy)
-                position = turns.insert_turn(db, request, queue=queue)
+                position = claims.insert_turn(db, request, queue=queue)
     except TurnExists:
         return _resubmission(request)
     for other_id in cancelled:
@@ -172,14 +172,11 @@ def submit_turn(
 
 def _apply_busy_policy(db: Any, session_id: uuid.UUID, policy: IfBusy) -> list[uuid.UUID]:
     """reject/interrupt against the session's unfinished turns (the caller holds the session lock)."""
-    active = list(
-        db.execute(select(Turn).where(Turn.session_id == session_id, Turn.status.in_(ACTIVE_STATUSES))).scalars()
-    )
+    active = list(db.execute(select(Turn.id).where(Turn.session_id == session_id, turns.unfinished())).scalars())
     if active and policy is IfBusy.REJECT:
         raise SessionBusy(f"session {session_id} is busy with {len(active)} unfinished turn(s)")
-    for other in active:
-        _request_cancel(db, other)
-    return [other.id for other in active]
+    claims.request_cancel(db, active)
+    return active
 
 
 def _resubmission(request: TurnRequest) -> SubmittedTurn:
@@ -198,14 +195,6 @@ def _resubmission(request: TurnRequest) -> SubmittedTurn:
     return SubmittedTurn(
         turn_id=existing.id, session_id=existing.session_id, position=existing.position, created=False, sent=False
     )
-
-
-def _request_cancel(db: Any, turn: Turn) -> None:
-    """Cancel a turn inside the caller's transaction: queued ones end now, running ones are asked to stop."""
-    if turn.status is TurnStatus.QUEUED:
-        turn.status = TurnStatus.CANCELLED
-        turn.finished_at = func.now()
-    turn.cancel_requested = True
 
 
 def _announce_cancel(turn_id: uuid.UUID) -> None:
@@ -233,8 +222,7 @@ def cancel_turn(turn_id: uuid.UUID | str) -> TurnStatus:
             if row.status is TurnStatus.CANCELLED:
                 return row.status
             raise NotCancellable(f"turn {turn_uuid} has already {row.status.value}")
-        _request_cancel(db, row)
-        status, session_id = row.status, row.session_id
+        status, session_id = claims.request_cancel(db, [turn_uuid])[turn_uuid], row.session_id
     if status is TurnStatus.CANCELLED:
         _announce_cancel(turn_uuid)
         kick_next(session_id)

@@ -95,7 +95,7 @@ def _execute(request: TurnRequest, *, queue: str, worker: str) -> Result:
     claimed = claims.claim_turn(request.turn_id, worker=worker, session_id=request.session_id)
     if claimed.status is claims.ClaimStatus.NOT_FOUND:
         try:
-            turns.ensure_turn(request, queue=queue)
+            claims.ensure_turn(request, queue=queue)
         except InvalidTurn as exc:
             reject(request.turn_id, request.session_id, exc.message)
             return Result(outcome=Outcome.FAILED, error=exc.message)

@@ -11,17 +11,22 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 
-from sqlalchemy import text
+from sqlalchemy import and_, func, or_, select, text
+from sqlalchemy.orm import Session
 
 from chatq.settings import get_settings
-from models.db import unpooled_connection
-from worker import bindings, turns
+from models.db import session_scope, unpooled_connection
+from models.tables import ChatMessage, Turn, TurnStatus
+from worker import bindings, claims
 from worker.dispatch import send_turns
 from worker.markers import in_queue
+from worker.turns import NextTurn, runs_next
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +59,7 @@ def sweep_once() -> SweepReport:
         declare_queues()
     except Exception as exc:
         log.warning("could not declare the queues: %s", exc)
-    resend, expired = turns.stale_turns(grace_seconds=settings.requeue_grace, in_queue=in_queue)
+    resend, expired = stale_turns(grace_seconds=settings.requeue_grace, in_queue=in_queue)
     for queue in {turn.queue for turn in resend}:
         send_turns([turn.to_message() for turn in resend if turn.queue == queue], queue=queue)
     from worker import metrics
@@ -66,6 +71,77 @@ def sweep_once() -> SweepReport:
     if resend:
         log.info("sweeper re-sent %d turn(s), %d after an expired lease", len(resend), len(expired))
     return SweepReport(resent=len(resend), expired_leases=len(expired))
+
+
+def _next_turn(db: Session, turn: Turn) -> NextTurn:
+    user = db.execute(
+        select(ChatMessage.content, ChatMessage.images).where(
+            ChatMessage.turn_id == turn.id, ChatMessage.role == "user"
+        )
+    ).one_or_none()
+    return NextTurn(
+        turn_id=turn.id,
+        session_id=turn.session_id,
+        queue=turn.queue,
+        content=user.content if user is not None else "",
+        images=tuple(user.images) if user is not None and user.images else None,
+        reply_to=turn.reply_to,
+    )
+
+
+def stale_turns(
+    *,
+    grace_seconds: float,
+    in_queue: Callable[[Sequence[uuid.UUID]], set[uuid.UUID]] | None = None,
+    patience: float = 10.0,
+    limit: int = 2000,
+) -> tuple[list[NextTurn], list[uuid.UUID]]:
+    """Runnable queued turns not sent for `grace_seconds`, and turns whose lease expired.
+
+    `in_queue` tells which queued turns still have their message waiting in Redis: those are only
+    slow (workers are busy), not lost, and are re-sent only after `patience` times the grace, so a
+    long backlog is not multiplied by every sweep. Expired leases are released back to `queued`
+    here (`claims.take_over`, so the re-sent message can claim them), and everything returned is
+    marked as sent now, so overlapping sweeps do not send twice.
+    """
+    with session_scope() as db:
+        now = db.execute(select(func.now())).scalar_one()
+        rows = (
+            db.execute(
+                select(Turn)
+                .where(
+                    or_(
+                        and_(
+                            Turn.status == TurnStatus.QUEUED,
+                            Turn.enqueued_at < now - timedelta(seconds=grace_seconds),
+                            runs_next(),
+                        ),
+                        and_(Turn.status == TurnStatus.RUNNING, Turn.lease_expires_at < now),
+                    )
+                )
+                .order_by(Turn.created_at)
+                .limit(limit)
+                .with_for_update(skip_locked=True, of=Turn)
+            )
+            .scalars()
+            .all()
+        )
+        waiting = {t.id for t in rows if t.status is TurnStatus.QUEUED}
+        queued_in_redis = in_queue(list(waiting)) if in_queue and waiting else set()
+        # Floor: a tiny grace (tests, impatient operators) must still not re-send a backlog every sweep.
+        patience_cutoff = now - timedelta(seconds=max(grace_seconds * patience, 30.0))
+        released = set(claims.take_over(db, [turn.id for turn in rows if turn.status is TurnStatus.RUNNING]))
+        expired = [turn.id for turn in rows if turn.id in released]
+        resend: list[NextTurn] = []
+        for turn in rows:
+            if turn.id in released:
+                resend.append(_next_turn(db, turn))
+                continue
+            if turn.id in queued_in_redis and turn.enqueued_at is not None and turn.enqueued_at > patience_cutoff:
+                continue
+            turn.enqueued_at = now
+            resend.append(_next_turn(db, turn))
+        return resend, expired
 
 
 SWEEP_LOCK_KEY = int.from_bytes(b"chatq.sw", "big")

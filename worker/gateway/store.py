@@ -8,7 +8,8 @@ from datetime import timedelta
 from sqlalchemy import func, select
 
 from models.db import session_scope
-from models.tables import ACTIVE_STATUSES, ChatSession, Turn
+from models.tables import ChatSession, Turn
+from worker.turns import runs_next
 
 RECENT_FINISH = timedelta(seconds=60)
 """Finished turns younger than this may still have their terminal event on the way."""
@@ -61,7 +62,7 @@ def session_start(session_id: uuid.UUID) -> tuple[int, list[tuple[str, int]]]:
             select(ChatSession.next_turn_position).where(ChatSession.id == session_id)
         ).scalar_one_or_none()
         lowest_active = db.execute(
-            select(func.min(Turn.position)).where(Turn.session_id == session_id, Turn.status.in_(ACTIVE_STATUSES))
+            select(Turn.position).where(Turn.session_id == session_id, runs_next())
         ).scalar_one_or_none()
         start = int(lowest_active) if lowest_active is not None else int(next_position or 0)
         recent = db.execute(

@@ -10,8 +10,9 @@ from sqlalchemy import select, text, update
 from handlers.base import AgentMessage
 from models.db import autocommit_scope, get_engine, session_scope
 from models.tables import Turn, TurnStatus
-from worker.claims import _FAST_CLAIM, ClaimStatus, claim_turn, complete_turn, finish_turn
+from worker.claims import ClaimStatus, claim_turn, complete_turn, finish_turn
 from worker.producer import create_session, submit_turn
+from worker.transition_sql import FAST_CLAIM
 from worker.turns import recount_history_totals
 
 pytestmark = pytest.mark.usefixtures("chatq_env")
@@ -38,7 +39,7 @@ def test_only_the_claim_statement_commits_without_waiting_for_the_wal_flush() ->
     engine = get_engine()
     with engine.connect() as connection, connection.begin() as transaction:
         params = {"turn_id": turn_id, "token": turn_id, "lease_seconds": 30, "worker": "w", "max_deliveries": 5}
-        assert connection.execute(_FAST_CLAIM, params).one_or_none() is not None
+        assert connection.execute(FAST_CLAIM, params).one_or_none() is not None
         assert connection.execute(text("SHOW synchronous_commit")).scalar_one() == "off"
         transaction.rollback()
     # In autocommit (how claim_turn runs it) the setting ends with the statement: the pooled

@@ -21,9 +21,11 @@ from sqlalchemy.types import Uuid
 from chatq.settings import get_settings
 from models.db import get_engine, session_scope
 from models.tables import Turn, TurnStatus
-from worker.claims import _FAST_CLAIM, ClaimResult, ClaimStatus, _claim_slow, claim_turn
+from worker.claims import ClaimResult, ClaimStatus, _claim_slow, claim_turn
 from worker.producer import create_session, submit_turn
-from worker.turns import poison_reason, stale_turns
+from worker.sweeper import stale_turns
+from worker.transition_sql import FAST_CLAIM
+from worker.turns import poison_reason
 
 pytestmark = pytest.mark.usefixtures("chatq_env")
 
@@ -211,7 +213,7 @@ def test_the_one_statement_claim_takes_exactly_the_turns_that_are_not_poison() -
                 "worker": "w@h",
                 "max_deliveries": max_deliveries,
             }
-            assert (connection.execute(_FAST_CLAIM, params).one_or_none() is not None) == (reason is None), case
+            assert (connection.execute(FAST_CLAIM, params).one_or_none() is not None) == (reason is None), case
             transaction.rollback()
         outcomes = [claim_turn(fast, worker="w@h"), _claim_slow(slow, worker="w@h")]
         assert [(r.status, r.error) for r in outcomes] == [

@@ -1,0 +1,191 @@
+"""The statements behind `worker.claims`, each one transition of a turn's status (or its
+bookkeeping); only `worker.claims` executes them, as procrastinate keeps each job transition in
+one SQL function its manager calls.
+
+The turn-order rule (`worker.turns.runs_next_sql`) is composed into them as it is into every
+other query about which turn a session runs next. Each is one statement, atomic on its own.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Uuid, bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+
+from worker.turns import UNFINISHED_SQL, runs_next_sql
+
+FAST_CLAIM = text(
+    f"""
+    WITH relaxed AS (
+        -- This statement's commit does not wait for the WAL flush (see `claim_turn`).
+        SELECT set_config('synchronous_commit', 'off', true) AS synchronous_commit
+    ),
+    locked AS (
+        SELECT s.id, s.agent_framework, s.model, s.system_prompt, s.metadata
+        FROM chat_sessions s
+        WHERE s.id = (SELECT session_id FROM turns WHERE id = :turn_id)
+        FOR NO KEY UPDATE
+    ),
+    claimed AS (
+        UPDATE turns t
+        SET status = 'running',
+            attempts = t.attempts + 1,
+            deliveries = t.deliveries + 1,
+            lease_token = :token,
+            lease_expires_at = clock_timestamp() + make_interval(secs => :lease_seconds),
+            worker = :worker,
+            started_at = coalesce(t.started_at, clock_timestamp())
+        FROM locked
+        WHERE t.id = :turn_id
+          AND t.session_id = locked.id
+          AND t.session_id = coalesce(CAST(:session_id AS uuid), t.session_id)
+          AND t.status = 'queued'
+          AND NOT t.cancel_requested
+          -- Not poison: the negation of `worker.turns.poison_reason`.
+          AND t.lone_crashes < :max_deliveries
+          AND NOT (cardinality(t.crash_hosts) >= 2 AND t.deliveries >= :max_deliveries)
+          AND {runs_next_sql("t")}
+        RETURNING t.id, t.session_id, t.position, t.attempts, t.deliveries, t.reply_to, t.queue
+    )
+    SELECT claimed.*, locked.agent_framework, locked.model, locked.system_prompt, locked.metadata,
+           m.content, m.images,
+           ARRAY(
+               SELECT kb.name FROM session_knowledge_bases skb
+               JOIN knowledge_bases kb ON kb.id = skb.knowledge_base_id
+               WHERE skb.session_id = claimed.session_id
+               ORDER BY kb.name
+           ) AS knowledge_bases
+    FROM claimed
+    JOIN locked ON true
+    JOIN relaxed ON true
+    JOIN chat_messages m ON m.turn_id = claimed.id AND m.role = 'user'
+    """  # noqa: S608 (composed of constant SQL)
+).bindparams(bindparam("session_id", value=None))  # no session given: any session
+
+
+COMPLETE = text(
+    f"""
+    WITH prior AS (
+        -- Turns of a session end in position order, so the last succeeded one before this turn
+        -- holds the session's totals so far (NULL only if an older chatq stored it: counted then).
+        SELECT history_turns, history_messages FROM turns
+        WHERE session_id = :session_id AND status = 'succeeded' AND position < :position
+        ORDER BY position DESC LIMIT 1
+    ),
+    done AS (
+        UPDATE turns
+        SET status = 'succeeded', prompt_tokens = :prompt_tokens, completion_tokens = :completion_tokens,
+            total_tokens = :total_tokens, error = NULL, lease_token = NULL, lease_expires_at = NULL,
+            finished_at = clock_timestamp(),
+            -- the prior turn's totals, or a count when it has none (also 0 when there is no prior)
+            history_turns = 1 + coalesce(
+                (SELECT history_turns FROM prior),
+                (SELECT count(*) FROM turns p
+                 WHERE p.session_id = :session_id AND p.status = 'succeeded' AND p.position < :position)
+            ),
+            -- this turn's own messages: those stored before it ran (its user message) and the reply
+            history_messages = (SELECT count(*) FROM chat_messages WHERE turn_id = :turn_id)
+                + jsonb_array_length(:messages)
+                + coalesce(
+                    (SELECT history_messages FROM prior),
+                    (SELECT count(*) FROM chat_messages m JOIN turns p ON p.id = m.turn_id
+                     WHERE p.session_id = :session_id AND p.status = 'succeeded' AND p.position < :position)
+                )
+        WHERE id = :turn_id AND status = 'running' AND lease_token = :token
+        RETURNING id, session_id, position
+    ),
+    stored AS (
+        INSERT INTO chat_messages (session_id, turn_id, position, role, content, tool_calls, tool_call_id, citations)
+        SELECT done.session_id, done.id, done.position * :stride + m.offset, m.role, m.content,
+               m.tool_calls, m.tool_call_id, m.citations
+        FROM done, jsonb_to_recordset(:messages)
+            AS m("offset" int, role text, content text, tool_calls jsonb, tool_call_id text, citations jsonb)
+    ),
+    following AS (
+        -- next_in's statement; this statement's snapshot still sees the turn above as running,
+        -- so the rule counts it as finished.
+        UPDATE turns t SET enqueued_at = clock_timestamp()
+        FROM chat_messages m
+        WHERE EXISTS (SELECT 1 FROM done)
+          AND t.session_id = :session_id AND t.status = 'queued' AND {runs_next_sql("t", besides=":turn_id")}
+          AND m.turn_id = t.id AND m.role = 'user'
+        RETURNING t.id, t.session_id, t.queue, t.reply_to, m.content, m.images
+    )
+    SELECT EXISTS (SELECT 1 FROM done) AS stored, following.*
+    FROM (SELECT 1) AS one LEFT JOIN following ON true
+    """  # noqa: S608 (composed of constant SQL)
+).bindparams(bindparam("messages", type_=JSONB))
+
+
+INSERT_TURN = text(
+    """
+    WITH taken AS (
+        -- Not for a turn id that exists: outside a transaction the position could not be given back.
+        UPDATE chat_sessions SET next_turn_position = next_turn_position + 1
+        WHERE id = :session_id AND NOT EXISTS (SELECT 1 FROM turns WHERE id = :turn_id)
+        RETURNING next_turn_position - 1 AS position
+    ),
+    turn AS (
+        INSERT INTO turns (id, session_id, position, status, queue, reply_to)
+        SELECT :turn_id, :session_id, taken.position, 'queued', :queue, :reply_to FROM taken
+        ON CONFLICT (id) DO NOTHING
+        RETURNING id, position
+    ),
+    message AS (
+        INSERT INTO chat_messages (session_id, turn_id, position, role, content, images)
+        SELECT :session_id, turn.id, turn.position * :stride, 'user', :content, :images FROM turn
+    )
+    SELECT (SELECT position FROM turn) AS position,
+           EXISTS (SELECT 1 FROM chat_sessions WHERE id = :session_id) AS session_exists
+    """
+).bindparams(bindparam("images", type_=JSONB), bindparam("reply_to", type_=BigInteger))
+
+
+RECORD_STOPS = text(
+    """
+    UPDATE turns t
+    SET stopped_worker = t.worker,
+        stopped_at = t.lease_expires_at,
+        lone_crashes = t.lone_crashes + CASE WHEN t.lease_expires_at IS NULL OR EXISTS (
+            -- Another turn whose lease on the same worker stopped being renewed at the same moment:
+            -- still running with it, or already moved on (its stop recorded).
+            SELECT 1 FROM turns o
+            WHERE o.id <> t.id
+              AND ((o.status = 'running' AND o.worker = t.worker
+                    AND o.lease_expires_at BETWEEN t.lease_expires_at - make_interval(secs => :window)
+                                               AND t.lease_expires_at + make_interval(secs => :window))
+                   OR (o.stopped_worker = t.worker
+                       AND o.stopped_at BETWEEN t.lease_expires_at - make_interval(secs => :window)
+                                            AND t.lease_expires_at + make_interval(secs => :window)))
+        ) THEN 0 ELSE 1 END,
+        crash_hosts = CASE WHEN h.host = ANY(t.crash_hosts) THEN t.crash_hosts ELSE t.crash_hosts || h.host END
+    FROM (
+        -- A Celery node name is `name@host`; a name without `@` is taken as its own host.
+        SELECT id, substring(coalesce(worker, '') FROM position('@' IN coalesce(worker, '')) + 1) AS host
+        FROM turns WHERE id = ANY(:turn_ids)
+    ) h
+    WHERE t.id = h.id AND t.status = 'running'
+    """
+).bindparams(bindparam("turn_ids", type_=ARRAY(Uuid)))
+
+
+CANCEL = text(
+    f"""
+    -- A queued turn ends now; a running one is asked to stop (its worker ends it, `finish_turn`).
+    UPDATE turns
+    SET cancel_requested = true,
+        status = CASE WHEN status = 'queued' THEN 'cancelled' ELSE status END,
+        finished_at = CASE WHEN status = 'queued' THEN now() ELSE finished_at END
+    WHERE id = ANY(:turn_ids) AND status {UNFINISHED_SQL}
+    RETURNING id, status
+    """  # noqa: S608 (composed of constant SQL)
+).bindparams(bindparam("turn_ids", type_=ARRAY(Uuid)))
+
+
+RELEASE = text(
+    """
+    -- Expired leases back to the queue (their stops already recorded), so a re-sent message claims them.
+    UPDATE turns SET status = 'queued', lease_token = NULL, lease_expires_at = NULL, enqueued_at = now()
+    WHERE id = ANY(:turn_ids) AND status = 'running' AND lease_expires_at < now()
+    RETURNING id
+    """
+).bindparams(bindparam("turn_ids", type_=ARRAY(Uuid)))
