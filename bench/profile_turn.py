@@ -105,7 +105,7 @@ def _switch(name: str) -> Callable[[bool], None]:
             module.ENABLED = enabled
 
         return select
-    from handlers.lc import models
+    from handlers.chat_models import models
 
     # The SDK client is chosen when a chat model is built (cached per model): keep one cache per
     # side, each built with the switch in its position, and swap the cache, not the switch.

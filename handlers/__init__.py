@@ -55,7 +55,7 @@ __all__ = [
 
 _ADAPTERS: dict[str, tuple[str, str]] = {
     # framework: (label, "module:class" of its BaseAgentHandler, imported on first use)
-    "none": ("None", "handlers.none.handler:NoneHandler"),
+    "none": ("None", "handlers.single_call.handler:SingleCallHandler"),
     "langgraph": ("LangGraph", "handlers.langgraph.handler:LangGraphHandler"),
     # The worked example of docs/handlers.md: a tool loop on the `openai` SDK, no framework.
     "plain_openai": ("Plain OpenAI SDK", "handlers.plain_openai.handler:PlainOpenAIHandler"),

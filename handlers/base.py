@@ -15,7 +15,6 @@ from handlers.errors import AgentInvocationError
 from handlers.messages import (
     AgentMessage,
     AgentSession,
-    MessageRole,
     SessionInfo,
     StreamEvent,
     StreamEventKind,
@@ -33,7 +32,6 @@ __all__ = [
     "AgentMessage",
     "AgentSession",
     "BaseAgentHandler",
-    "MessageRole",
     "SessionInfo",
     "StreamEvent",
     "StreamEventKind",

@@ -15,7 +15,6 @@ from typing import Any, Protocol, runtime_checkable
 __all__ = [
     "AgentMessage",
     "AgentSession",
-    "MessageRole",
     "SessionInfo",
     "StreamEvent",
     "StreamEventKind",
@@ -34,14 +33,6 @@ ToolCall = dict[str, Any]
 def empty_usage() -> Usage:
     """Usage of a call that used no tokens."""
     return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-
-
-class MessageRole(enum.StrEnum):
-    """Who wrote a stored message."""
-
-    USER = "user"
-    ASSISTANT = "assistant"
-    TOOL = "tool"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,16 +11,16 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphRecursionError
 
 from handlers.base import BaseAgentHandler, StreamEvent, StreamEventKind
+from handlers.chat_models.errors import invocation_error
+from handlers.chat_models.messages import content_text, to_agent_message, usage_from
+from handlers.chat_models.models import get_chat_model
+from handlers.chat_models.turn import conversation, is_empty
 from handlers.errors import EMPTY_REPLY, AgentInvocationError, HandlerError
 from handlers.langgraph.graph import RECURSION_LIMIT, get_graph
 from handlers.langgraph.nodes import AGENT_NODE, RETRIEVE_NODE, TOOL_NODE
 from handlers.langgraph.state import CONTEXT_KEY, TurnContext
 from handlers.langgraph.streaming import TEXT, GraphRun, run_graph
 from handlers.langgraph.tools import langchain_tools
-from handlers.lc.errors import invocation_error
-from handlers.lc.messages import content_text, to_agent_message, usage_from
-from handlers.lc.models import get_chat_model
-from handlers.lc.turn import conversation, is_empty
 from handlers.turn_input import TurnInput
 
 __all__ = ["TOO_MANY_STEPS", "LangGraphHandler"]

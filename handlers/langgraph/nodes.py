@@ -13,10 +13,10 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, Syst
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
+from handlers.chat_models.messages import content_text
+from handlers.chat_models.turn import collect, stream_model
 from handlers.context import use_tool_context
-from handlers.langgraph.state import AgentState, turn_context
-from handlers.lc.messages import content_text
-from handlers.lc.turn import collect, stream_model
+from handlers.langgraph.state import AgentState, context_of
 from handlers.tools import truncate_output
 
 __all__ = ["AGENT_NODE", "RETRIEVE_NODE", "TOOL_NODE", "ToolExecutionNode", "agent_node", "retrieve_node"]
@@ -35,7 +35,7 @@ def retrieve_node(state: AgentState, config: RunnableConfig) -> dict[str, list[B
     as if the model had called `search_knowledge_base` itself, so the first model request already
     holds the result, the stored turn shows it, and the model may search again with other words.
     """
-    context = turn_context(config)
+    context = context_of(config)
     context.deadline.check()
     if context.retrieval is None:
         return {"messages": []}
@@ -60,7 +60,7 @@ def agent_node(state: AgentState, config: RunnableConfig) -> dict[str, list[Base
     text goes to `context.on_text` as it arrives; passing `config` on also keeps LangGraph's own
     "messages" stream mode working for anyone who runs the graph with it.
     """
-    context = turn_context(config)
+    context = context_of(config)
     messages = list(state["messages"])
     if not messages or not isinstance(messages[0], SystemMessage):
         messages.insert(0, context.system_prompt)
@@ -88,7 +88,7 @@ class ToolExecutionNode:
         self.by_name = {tool.name: tool for tool in tools}
 
     def __call__(self, state: AgentState, config: RunnableConfig) -> dict[str, list[BaseMessage]]:
-        context = turn_context(config)
+        context = context_of(config)
         last = state["messages"][-1]
         calls = last.tool_calls if isinstance(last, AIMessage) else []
         results: list[BaseMessage] = []

@@ -15,7 +15,7 @@ from handlers.context import ToolContext
 from handlers.deadline import Deadline
 from handlers.turn_input import Retrieval
 
-__all__ = ["CONTEXT_KEY", "AgentState", "TurnContext", "turn_context"]
+__all__ = ["CONTEXT_KEY", "AgentState", "TurnContext", "context_of"]
 
 CONTEXT_KEY = "chatq_turn"
 """Key of the `TurnContext` in `config["configurable"]`."""
@@ -49,7 +49,7 @@ class TurnContext:
     """Receives the agent's text chunks as they stream (`GraphRun.on_text`); None when nobody listens."""
 
 
-def turn_context(config: RunnableConfig) -> TurnContext:
+def context_of(config: RunnableConfig) -> TurnContext:
     """The TurnContext the handler put into the graph config."""
     context = (config.get("configurable") or {}).get(CONTEXT_KEY)
     if not isinstance(context, TurnContext):

@@ -22,10 +22,10 @@ import openai
 from chatq.errors import ConfigError
 from chatq.settings import ECHO_MODEL, get_settings
 from handlers.base import AgentMessage, BaseAgentHandler, StreamEvent, StreamEventKind, Usage, empty_usage
+from handlers.chat_models.errors import invocation_error  # maps `openai` SDK errors; imports no LangChain
 from handlers.context import ToolContext
 from handlers.deadline import Deadline
 from handlers.errors import EMPTY_REPLY, AgentInvocationError, HandlerError
-from handlers.lc.errors import invocation_error  # maps `openai` SDK errors; imports no LangChain
 from handlers.tokens import MESSAGE_OVERHEAD_TOKENS, count_tokens
 from handlers.tools import get_tool, run_tool
 from handlers.turn_input import TurnInput

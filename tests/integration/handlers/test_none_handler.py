@@ -10,7 +10,7 @@ import pytest
 
 from handlers import AgentInvocationError, AgentMessage, get_agent_handler
 from handlers.base import SessionInfo, Usage
-from handlers.none.handler import NoneHandler
+from handlers.single_call.handler import SingleCallHandler
 from tests.support.env import environ
 from tests.support.handlers import stream_turn
 from tests.support.openai_stub import OpenAIStub
@@ -20,7 +20,7 @@ MakeSession = Callable[..., SessionInfo]
 
 def test_none_streams_a_plain_reply(stub_env: OpenAIStub, make_session: MakeSession) -> None:
     handler = get_agent_handler(make_session(framework="none", system_prompt="Be terse."))
-    assert isinstance(handler, NoneHandler)
+    assert isinstance(handler, SingleCallHandler)
     events = list(stream_turn(handler, "hello none [words: 4]"))
     assert [e.kind for e in events].count("text") >= 4
     assert "".join(e.text for e in events if e.kind == "text") == "w1 w2 w3 w4"

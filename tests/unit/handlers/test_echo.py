@@ -7,9 +7,9 @@ import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, SystemMessage
 
 from chatq.settings import reset_settings
-from handlers.lc.echo import EMPTY_ECHO, EchoChatModel
-from handlers.lc.models import VISION_MODELS_ENV, get_chat_model, model_accepts_images
-from handlers.lc.turn import Deadline, collect, stream_model
+from handlers.chat_models.echo import EMPTY_ECHO, EchoChatModel
+from handlers.chat_models.models import VISION_MODELS_ENV, get_chat_model, model_accepts_images
+from handlers.chat_models.turn import Deadline, collect, stream_model
 from handlers.tools import default_tool_names
 
 

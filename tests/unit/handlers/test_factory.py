@@ -22,12 +22,12 @@ def test_framework_choices() -> None:
 
 def test_get_agent_handler_builds_the_adapter() -> None:
     from handlers.langgraph.handler import LangGraphHandler
-    from handlers.none.handler import NoneHandler
     from handlers.plain_openai.handler import PlainOpenAIHandler
+    from handlers.single_call.handler import SingleCallHandler
 
     langgraph = get_agent_handler(_session("langgraph"))
     assert isinstance(langgraph, LangGraphHandler) and isinstance(langgraph, BaseAgentHandler)
-    assert isinstance(get_agent_handler(_session("none")), NoneHandler)
+    assert isinstance(get_agent_handler(_session("none")), SingleCallHandler)
     assert isinstance(get_agent_handler(_session("plain_openai")), PlainOpenAIHandler)
 
 
@@ -60,8 +60,8 @@ def test_importing_handlers_imports_no_agent_framework() -> None:
 
 def test_load_handler_class() -> None:
     from handlers import load_handler_class
-    from handlers.none.handler import NoneHandler
+    from handlers.single_call.handler import SingleCallHandler
 
-    assert load_handler_class("none") is NoneHandler
+    assert load_handler_class("none") is SingleCallHandler
     with pytest.raises(UnknownFramework):
         load_handler_class("autogen")

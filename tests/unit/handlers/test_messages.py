@@ -6,7 +6,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
 from handlers.base import AgentMessage
-from handlers.lc.messages import (
+from handlers.chat_models.messages import (
     content_text,
     image_url,
     langchain_to_payload,

@@ -15,8 +15,8 @@ from pydantic import SecretStr
 
 from chatq.shortcuts import openai_client
 from chatq.shortcuts.openai_client import DictChunkOpenAI, PlainJSONCompletions, build_client, is_plain_json
-from handlers.lc import models
-from handlers.lc.models import get_chat_model
+from handlers.chat_models import models
+from handlers.chat_models.models import get_chat_model
 from tests.support.openai_stub import OpenAIStub
 
 CONTENTS = ["[words: 4]", "[calc: 6*7]", '[tool: current_time {"timezone": "UTC"}]']

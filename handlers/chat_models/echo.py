@@ -19,7 +19,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 
-from handlers.lc.messages import content_text
+from handlers.chat_models.messages import content_text
 from handlers.tokens import MESSAGE_OVERHEAD_TOKENS, count_tokens
 
 __all__ = ["EMPTY_ECHO", "EchoChatModel"]

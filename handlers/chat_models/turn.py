@@ -15,9 +15,9 @@ from langchain_core.messages.ai import add_ai_message_chunks
 from langchain_core.messages.utils import message_chunk_to_message
 from langchain_core.runnables import Runnable, RunnableConfig
 
+from handlers.chat_models.messages import content_text, payload_to_langchain, payloads_to_langchain
 from handlers.deadline import Deadline
 from handlers.errors import EMPTY_REPLY, AgentInvocationError
-from handlers.lc.messages import content_text, payload_to_langchain, payloads_to_langchain
 from handlers.turn_input import TurnInput
 
 __all__ = ["EMPTY_REPLY", "Deadline", "collect", "conversation", "is_empty", "stream_model"]

@@ -12,8 +12,8 @@ from langchain_core.language_models import BaseChatModel
 
 from chatq.errors import ConfigError
 from chatq.settings import ECHO_MODEL, get_settings
+from handlers.chat_models.echo import EchoChatModel
 from handlers.images import VISION_MODELS_ENV, model_accepts_images
-from handlers.lc.echo import EchoChatModel
 
 __all__ = ["NO_KEY_PLACEHOLDER", "VISION_MODELS_ENV", "get_chat_model", "model_accepts_images"]
 

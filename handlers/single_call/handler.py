@@ -1,4 +1,4 @@
-"""NoneHandler: the `none` framework, a plain streamed model call with no tools.
+"""SingleCallHandler: the `none` framework, a plain streamed model call with no tools.
 
 Same contract as every handler: the prepared history and system prompt, the turn timeout, and
 AgentInvocationError on timeout, failure or an empty completion.
@@ -16,19 +16,19 @@ from collections.abc import Generator
 from langchain_core.messages import AIMessageChunk, SystemMessage
 
 from handlers.base import BaseAgentHandler, StreamEvent, StreamEventKind
+from handlers.chat_models.errors import invocation_error
+from handlers.chat_models.messages import content_text, to_agent_message, usage_from
+from handlers.chat_models.models import get_chat_model
+from handlers.chat_models.turn import collect, conversation, is_empty, stream_model
 from handlers.errors import EMPTY_REPLY, AgentInvocationError, HandlerError
-from handlers.lc.errors import invocation_error
-from handlers.lc.messages import content_text, to_agent_message, usage_from
-from handlers.lc.models import get_chat_model
-from handlers.lc.turn import collect, conversation, is_empty, stream_model
 from handlers.turn_input import TurnInput
 
-__all__ = ["NoneHandler"]
+__all__ = ["SingleCallHandler"]
 
 logger = logging.getLogger(__name__)
 
 
-class NoneHandler(BaseAgentHandler):
+class SingleCallHandler(BaseAgentHandler):
     """Answers each turn with a single model call over the history: no graph, no tools."""
 
     calls_tools = False
