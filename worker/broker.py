@@ -92,7 +92,7 @@ class Channel(ClientReusingChannel):
             "set aside a malformed message from queue %s (%d bytes, turn %s) in %s: %s",
             queue,
             len(item),
-            turn_id,
+            turn_id or "id not trusted",
             "chatq.dead",
             reason,
         )
