@@ -1,7 +1,7 @@
 """Per-stage CPU of one turn, in-process: `python -m bench.profile_turn [--turns N] [--model M] [--cprofile FILE]`.
 
 Not one of the targets: a diagnostic for "where does a turn's CPU go". Turns are submitted with
-`submit_turn` and run one at a time in this process with `worker.runner.execute_turn` (what the
+`submit_turn` and run one at a time in this process with `worker.runtime.runner.execute_turn` (what the
 Celery task calls), so everything except Celery itself is covered. Each stage is wrapped and
 charged the process CPU time (`time.process_time`, all threads: LangGraph runs nodes on its own
 threads) it used; stages nest (a publish inside the handler loop is also part of `run_handler`).
@@ -28,18 +28,18 @@ from bench.common import Stub, create_sessions, isolated_services, use_stub
 STAGES: list[tuple[str, str, str]] = [
     # (label, module, attribute): wrapped where the caller looks it up
     ("submit_turn", "worker.producer", "submit_turn"),
-    ("  claims.insert_turn", "worker.claims", "insert_turn"),
+    ("  claims.insert_turn", "worker.runtime.claims", "insert_turn"),
     ("  send_task", "worker.producer", "send_turn"),
-    ("execute_turn", "worker.runner", "execute_turn"),
-    ("  claim_turn", "worker.claims", "claim_turn"),
-    ("  TurnEvents.resume (last_seq)", "worker.runner", "TurnEvents.resume"),
-    ("  run_handler", "worker.runner", "run_handler"),
+    ("execute_turn", "worker.runtime.runner", "execute_turn"),
+    ("  claim_turn", "worker.runtime.claims", "claim_turn"),
+    ("  TurnEvents.resume (last_seq)", "worker.runtime.runner", "TurnEvents.resume"),
+    ("  run_handler", "worker.runtime.runner", "run_handler"),
     ("    get_agent_handler", "handlers", "get_agent_handler"),
     ("    build_turn_input", "handlers.turn_input", "build_turn_input"),
     ("      build_history", "handlers.turn_input", "build_history"),
-    ("  complete_turn", "worker.claims", "complete_turn"),
-    ("  kick_next", "worker.runner", "kick_next"),
-    ("  lease register/unregister", "worker.leases", "LeaseKeeper.register"),
+    ("  complete_turn", "worker.runtime.claims", "complete_turn"),
+    ("  kick_next", "worker.runtime.runner", "kick_next"),
+    ("  lease register/unregister", "worker.runtime.leases", "LeaseKeeper.register"),
     ("every stream event, wherever published: TurnEvents.publish", "worker.events", "TurnEvents.publish"),
     ("  of which TurnEvents.send (JSON + one Redis pipeline)", "worker.events", "TurnEvents.send"),
 ]
@@ -192,8 +192,9 @@ def main(argv: list[str] | None = None) -> None:
     with isolated_services("profile") as _env, Stub() as stub:
         stub.start()
         use_stub(stub.base_url)
-        from worker import producer, runner
+        from worker import producer
         from worker.payload import TurnRequest
+        from worker.runtime import runner
 
         def one(session_id: Any) -> None:
             turn = producer.submit_turn(session_id, "hello there, how are you today")

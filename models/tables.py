@@ -108,7 +108,7 @@ class Turn(Base):
             postgresql_where=text("status IN ('queued', 'running')"),
         ),
         Index("ix_turns_created_at", "created_at"),
-        # Finding the turns that stopped with a crashed one (`worker.claims.record_stops`).
+        # Finding the turns that stopped with a crashed one (`worker.runtime.claims.record_stops`).
         Index(
             "ix_turns_stopped",
             "stopped_worker",

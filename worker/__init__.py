@@ -1,4 +1,5 @@
-"""chatq's worker package: Celery app, tasks, producer API and CLI.
+"""chatq's worker package: the Celery app and the producer API at the top, with the modules every room
+shares, and four rooms: `runtime` (what a worker runs), `ops` (operating it), `cli` and `gateway`.
 
 Re-exports are resolved lazily so importing one submodule (`worker.producer`, say) stays cheap and
 `celery -A worker` still finds the app through `worker.celery`.

@@ -21,8 +21,6 @@ from handlers import framework_names
 from models.db import autocommit_scope, session_scope
 from models.knowledge import attach_knowledge_bases
 from models.tables import ChatMessage, ChatSession, Turn, TurnStatus
-from worker import claims, turns
-from worker.dispatch import kick_next, send_turn
 from worker.errors import InvalidTurn, NotCancellable, SessionBusy, TurnConflict, TurnExists, TurnNotFound
 from worker.events import EventType, TurnEvents
 from worker.payload import (
@@ -39,6 +37,8 @@ from worker.payload import (
     validate_reply_to,
     validate_system_prompt,
 )
+from worker.runtime import claims, turns
+from worker.runtime.dispatch import kick_next, send_turn
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Read-only views for `chatq show` and `chatq usage`."""
+"""Read-only views for `chatq show` and `chatq usage`; the gateway answers for a turn with `turn_report` too."""
 
 from __future__ import annotations
 

@@ -85,9 +85,9 @@ def test_postgres_down_while_the_handler_reads_history_is_not_charged_to_the_age
     the deliveries itself (execute_turn, as the task does) against the model stub.
     """
     import handlers.history
-    from worker.claims import ensure_turn
-    from worker.runner import execute_turn
-    from worker.tasks import INFRASTRUCTURE_ERRORS
+    from worker.runtime.claims import ensure_turn
+    from worker.runtime.runner import execute_turn
+    from worker.runtime.tasks import INFRASTRUCTURE_ERRORS
 
     session_id = create_session(framework="langgraph", model=STUB_MODEL)
     request = TurnRequest(turn_id=uuid.uuid4(), session_id=session_id, content="hello [words: 3]")

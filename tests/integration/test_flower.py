@@ -44,7 +44,7 @@ class FlowerProcess:
         self.port = _free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(tempfile.mkdtemp(prefix="chatq-flower-")) / "flower.log"
-        code = "import sys; from worker.flower import run_flower; run_flower(sys.argv[1:])"
+        code = "import sys; from worker.ops.flower import run_flower; run_flower(sys.argv[1:])"
         args = [f"--port={self.port}", "--address=127.0.0.1", "--inspect_timeout=3000"]
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(

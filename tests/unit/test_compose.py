@@ -21,8 +21,8 @@ import yaml
 
 from chatq.settings import Settings
 from worker.errors import ConfigError
-from worker.flower import flower_command
 from worker.gateway.command import refuse_placeholder_token
+from worker.ops.flower import flower_command
 
 ROOT = Path(__file__).resolve().parents[2]
 APP_SERVICES = ("migrate", "worker", "beat", "flower", "gateway")

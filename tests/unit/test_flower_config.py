@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from worker.errors import ConfigError
-from worker.flower import flower_command
+from worker.ops.flower import flower_command
 
 CREDENTIALS = {"FLOWER_BASIC_AUTH": "admin:s3cret-pw"}
 
@@ -18,8 +18,8 @@ def _option_values(command: list[str], name: str) -> list[str]:
 
 def test_runs_celery_flower_for_this_app_with_credentials_in_the_environment() -> None:
     command, env = flower_command(["--port=5555"], {**CREDENTIALS, "PATH": "/usr/bin"})
-    # Through worker.flower, which puts /metrics behind the same credentials, then `celery flower`.
-    assert command[:6] == [sys.executable, "-m", "worker.flower", "-A", "worker.app:app", "flower"]
+    # Through worker.ops.flower, which puts /metrics behind the same credentials, then `celery flower`.
+    assert command[:6] == [sys.executable, "-m", "worker.ops.flower", "-A", "worker.app:app", "flower"]
     assert "--port=5555" in command
     assert env["FLOWER_BASIC_AUTH"] == "admin:s3cret-pw"
     assert env["PATH"] == "/usr/bin"

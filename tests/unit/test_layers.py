@@ -1,10 +1,11 @@
 """The packages are layers that point one way, and no module imports itself back through others.
 
 chatq (settings, root errors) < models (tables, storage) < handlers (agents) < worker (runtime,
-producer, CLI, gateway; celeryconfig beside it). Every import counts, also one inside a function
-(a lazy import still ties the modules together); only `if TYPE_CHECKING:` blocks are left out,
-since they never run. ruff's banned-api rule (the nested ruff.toml files) holds the same line at
-lint time; this test also sees the cycles within a layer.
+ops, producer, CLI, gateway; celeryconfig beside it), and inside worker/ its rooms point one way
+too. Every import counts, also one inside a function (a lazy import still ties the modules
+together); only `if TYPE_CHECKING:` blocks are left out, since they never run. ruff's banned-api
+rule (the nested ruff.toml files) holds the same line at lint time; this test also sees the
+cycles within a layer.
 """
 
 from __future__ import annotations
@@ -139,8 +140,46 @@ def test_there_is_no_import_cycle() -> None:
 def test_the_cycle_finder_finds_a_cycle_and_the_graph_sees_lazy_imports() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
-    # worker.runner imports handlers only inside a function: the graph still has the edge.
-    assert "handlers" in import_graph()["worker.runner"]
+    # worker.runtime.runner imports handlers only inside a function: the graph still has the edge.
+    assert "handlers" in import_graph()["worker.runtime.runner"]
+
+
+# worker/'s rooms (README, "Where things live"). The shared modules at its top import no room; the
+# runtime and ops never reach up into the edges (the CLI, the gateway), and the edges stay apart.
+# worker.app, worker.celery and worker.producer are entry points that wire rooms, so no rule binds them.
+WORKER_SHARED = {
+    f"worker.{name}" for name in ("errors", "payload", "storable", "events", "schema", "queries", "envfile")
+}
+WORKER_ROOMS = ("runtime", "ops", "cli", "gateway")
+ROOM_MAY_NOT_IMPORT = {
+    "shared": {"runtime", "ops", "cli", "gateway", "entry"},
+    "runtime": {"cli", "gateway"},
+    "ops": {"cli", "gateway"},
+    "cli": {"gateway"},
+    "gateway": {"cli"},
+}
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "worker":
+        return None
+    if len(parts) > 1 and parts[1] in WORKER_ROOMS:
+        return parts[1]
+    return "shared" if module in WORKER_SHARED else "entry"
+
+
+def test_worker_rooms_point_one_way() -> None:
+    crossing = [
+        f"{module} -> {target}"
+        for module, targets in sorted(import_graph().items())
+        for target in sorted(targets)
+        if (room := _room(module)) in ROOM_MAY_NOT_IMPORT and _room(target) in ROOM_MAY_NOT_IMPORT[room]
+    ]
+    assert crossing == []
+    # Every top-level worker module is named here: a new one is placed in a room on purpose.
+    top = {name for name in import_graph() if name.count(".") == 1 and _room(name) in {"shared", "entry"}}
+    assert top == WORKER_SHARED | {"worker.app", "worker.celery", "worker.producer"}
 
 
 def _private_imports(tree: ast.AST) -> Iterator[str]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from worker.errors import ConfigError
-from worker.flower import flower_command
 from worker.gateway.command import refuse_placeholder_token
+from worker.ops.flower import flower_command
 
 
 @pytest.mark.parametrize(

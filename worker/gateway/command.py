@@ -1,4 +1,4 @@
-"""`chatq serve`: registered through `worker.cli.COMMAND_MODULES` (standard library only at import)."""
+"""`chatq serve`: registered through `worker.cli.commands.COMMAND_MODULES` (standard library only at import)."""
 
 from __future__ import annotations
 

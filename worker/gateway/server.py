@@ -16,7 +16,7 @@ from worker.gateway.app import create_app
 from worker.gateway.auth import QUERY_TOKEN, is_loopback
 from worker.gateway.config import load_gateway_settings
 from worker.gateway.state import Gateway
-from worker.logs import configure_filters
+from worker.ops.logs import configure_filters
 
 GRACEFUL_SHUTDOWN_SECONDS = 5
 """How long shutdown waits for requests in flight (event streams are ended at once, cleanly)."""
@@ -54,7 +54,7 @@ def mask_server_logs() -> None:
     """Mask secrets in every line the gateway process writes (uvicorn's and chatq's own).
 
     uvicorn logs tracebacks of unexpected errors, and chatq's modules log to the root logger:
-    each handler gets chatq's filter (`worker.logs.TurnContextFilter`: configured secret values and
+    each handler gets chatq's filter (`worker.ops.logs.TurnContextFilter`: configured secret values and
     URL passwords masked, tracebacks included); the root logger gets a stderr handler if it has none.
     """
     root = logging.getLogger()

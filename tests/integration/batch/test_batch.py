@@ -23,8 +23,8 @@ from tests.integration.batch.conftest import HoldingStub
 from tests.support.cli import chatq
 from tests.support.turns import session_messages, wait_for_turn
 from tests.support.workers import ROOT, WorkerProcess
-from worker.batch import session_uuid, turn_uuid
-from worker.batch_cli import default_batch_id
+from worker.cli.batch import session_uuid, turn_uuid
+from worker.cli.batch_cli import default_batch_id
 from worker.producer import create_session, submit_turn
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""worker/claims.py against the real Postgres, no worker: claims and the writes that end turns."""
+"""worker/runtime/claims.py against the real Postgres, no worker: claims and the writes that end turns."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from sqlalchemy import select, text, update
 from handlers.base import AgentMessage
 from models.db import autocommit_scope, get_engine, session_scope
 from models.tables import Turn, TurnStatus
-from worker.claims import ClaimStatus, claim_turn, complete_turn, finish_turn
 from worker.producer import create_session, submit_turn
-from worker.transition_sql import FAST_CLAIM
-from worker.turns import recount_history_totals
+from worker.runtime.claims import ClaimStatus, claim_turn, complete_turn, finish_turn
+from worker.runtime.transition_sql import FAST_CLAIM
+from worker.runtime.turns import recount_history_totals
 
 pytestmark = pytest.mark.usefixtures("chatq_env")
 

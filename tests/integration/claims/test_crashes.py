@@ -21,11 +21,11 @@ from sqlalchemy.types import Uuid
 from chatq.settings import get_settings
 from models.db import get_engine, session_scope
 from models.tables import Turn, TurnStatus
-from worker.claims import ClaimResult, ClaimStatus, _claim_slow, claim_turn
 from worker.producer import create_session, submit_turn
-from worker.sweeper import stale_turns
-from worker.transition_sql import FAST_CLAIM
-from worker.turns import poison_reason
+from worker.runtime.claims import ClaimResult, ClaimStatus, _claim_slow, claim_turn
+from worker.runtime.sweeper import stale_turns
+from worker.runtime.transition_sql import FAST_CLAIM
+from worker.runtime.turns import poison_reason
 
 pytestmark = pytest.mark.usefixtures("chatq_env")
 

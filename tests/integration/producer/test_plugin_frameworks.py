@@ -14,7 +14,7 @@ from handlers import framework_names
 from models.db import session_scope
 from models.tables import ChatSession
 from tests.support.handlers import STREAM_ONLY_PLUGIN, plugin_installed
-from worker.batch import parse_batch
+from worker.cli.batch import parse_batch
 from worker.errors import InvalidTurn
 from worker.gateway.app import DEFAULT_FRAMEWORK, framework_options
 from worker.gateway.openapi import base_schema

@@ -1,4 +1,4 @@
-"""Random interleavings of every turn transition (worker/claims.py) against the real Postgres.
+"""Random interleavings of every turn transition (worker/runtime/claims.py) against the real Postgres.
 
 A hypothesis state machine inserts, claims (through the one-statement claim and the slow path),
 completes, fails, cancels, retries and hands back turns of a few sessions from a few workers,
@@ -27,14 +27,14 @@ from chatq.settings import get_settings
 from handlers.base import AgentMessage
 from models.db import autocommit_scope, get_engine, session_scope
 from models.tables import ChatMessage, Turn, TurnStatus
-from worker import claims
-from worker.claims import Claim, ClaimStatus
 from worker.gateway.store import session_start
 from worker.payload import TurnRequest
 from worker.producer import create_session
-from worker.sweeper import stale_turns
-from worker.transition_sql import FAST_CLAIM
-from worker.turns import next_runnable, poison_reason
+from worker.runtime import claims
+from worker.runtime.claims import Claim, ClaimStatus
+from worker.runtime.sweeper import stale_turns
+from worker.runtime.transition_sql import FAST_CLAIM
+from worker.runtime.turns import next_runnable, poison_reason
 
 pytestmark = pytest.mark.usefixtures("chatq_env")
 

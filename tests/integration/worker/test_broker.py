@@ -1,4 +1,4 @@
-"""worker/broker.py: chatq's Redis transport against the real Redis, through kombu and Celery."""
+"""worker/runtime/broker.py: chatq's Redis transport against the real Redis, through kombu and Celery."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import uuid
 import pytest
 from kombu import Connection, Queue
 
-from worker.broker import Channel, Transport
+from worker.runtime.broker import Channel, Transport
 
 pytestmark = pytest.mark.usefixtures("chatq_env")
 
@@ -53,7 +53,7 @@ def test_messages_published_on_the_shared_client_arrive_in_order(redis_url: str)
 def test_each_queue_has_its_own_binding_and_an_earlier_releases_shared_one_is_dropped(redis_url: str) -> None:
     import redis
 
-    from worker.sweeper import declare_queues
+    from worker.runtime.sweeper import declare_queues
 
     client = redis.Redis.from_url(redis_url)
     stray = "chatq\x06\x16\x06\x16chatq.batch"  # both queues on exchange chatq, as before

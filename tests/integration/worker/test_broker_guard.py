@@ -21,9 +21,9 @@ from tests.integration.worker.conftest import STUB_MODEL
 from tests.support.envelopes import GOOD_EMBED, encoded, envelope, turn_kwargs
 from tests.support.turns import wait_for_turn, wait_for_turns
 from tests.support.workers import WorkerProcess
-from worker.deadletter import DEAD_LETTER_KEY
 from worker.events import session_channel
 from worker.producer import create_session, submit_turn
+from worker.runtime.deadletter import DEAD_LETTER_KEY
 
 pytestmark = pytest.mark.slow
 

@@ -87,7 +87,7 @@ def test_logs_are_json_lines_with_turn_context_and_no_user_content(
     assert any(r.get("attempt") == 1 for r in mine)
     assert secret_words not in process.log()
     assert "sk-test-not-a-secret" not in process.log()
-    # The HTTP client's one INFO line per model request is held back (worker.logs.quiet_http_clients).
+    # The HTTP client's one INFO line per model request is held back (worker.ops.logs.quiet_http_clients).
     assert not [r for r in records if r["logger"].startswith("httpx")]
 
 
@@ -131,9 +131,9 @@ def test_metrics_listen_on_loopback_unless_exposed_on_purpose(
 
 
 def test_the_worker_freezes_its_startup_objects_once_ready(worker: WorkerProcess) -> None:
-    # worker.heap: the start-up heap (~230,000 objects with the adapters preloaded) leaves full GC passes.
+    # worker.ops.gc_freeze: the start-up heap (~230,000 objects with the adapters preloaded) leaves full GC passes.
     records = [json.loads(line) for line in worker.log().splitlines() if line.startswith("{")]
-    frozen = [r for r in records if r["logger"] == "worker.signals" and "start-up objects" in r["message"]]
+    frozen = [r for r in records if r["logger"] == "worker.ops.signals" and "start-up objects" in r["message"]]
     assert len(frozen) == 1
     count = int(frozen[0]["message"].split()[1])
     assert count > 50_000  # the preloaded adapters are in it, not just Celery

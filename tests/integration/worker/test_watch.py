@@ -14,10 +14,10 @@ from models.db import autocommit_scope
 from tests.integration.worker.conftest import STUB_MODEL
 from tests.support.cli import chatq
 from tests.support.workers import ROOT, WorkerProcess
-from worker.claims import insert_turn
-from worker.dispatch import send_turn
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest
 from worker.producer import create_session
+from worker.runtime.claims import insert_turn
+from worker.runtime.dispatch import send_turn
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chatq.settings import Settings
-from worker.batch import parse_batch
+from worker.cli.batch import parse_batch
 
 
 @pytest.mark.parametrize(

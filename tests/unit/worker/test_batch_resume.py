@@ -5,8 +5,8 @@ from __future__ import annotations
 import uuid
 
 from models.tables import TurnStatus
-from worker.batch import Conversation, turn_uuid
-from worker.batch_resume import Found, StoredConversation, StoredTurn, compare
+from worker.cli.batch import Conversation, turn_uuid
+from worker.cli.batch_resume import Found, StoredConversation, StoredTurn, compare
 
 BATCH = "unit-batch"
 

@@ -1,10 +1,10 @@
-"""What `chatq submit --follow` and `chatq watch` print for a person (worker.follow.EventPrinter)."""
+"""What `chatq submit --follow` and `chatq watch` print for a person (worker.cli.follow.EventPrinter)."""
 
 from __future__ import annotations
 
 import io
 
-from worker.follow import EventPrinter
+from worker.cli.follow import EventPrinter
 
 
 def test_a_retry_note_keeps_the_errors_own_punctuation() -> None:

@@ -1,4 +1,4 @@
-"""The hook registry (worker.hooks): hooks are called in order, and one that raises breaks nothing."""
+"""The hook registry (worker.runtime.hooks): hooks are called in order, and one that raises breaks nothing."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import uuid
 import pytest
 
 from chatq.settings import mask_secrets
-from worker import hooks
-from worker.logs import LogHooks
-from worker.metrics import MetricsHooks
-from worker.observers import get_hooks
-from worker.retry import RetryCause
+from worker.ops.logs import LogHooks
+from worker.ops.metrics import MetricsHooks
+from worker.runtime import hooks
+from worker.runtime.observers import get_hooks
+from worker.runtime.retry import RetryCause
 
 FACTS = hooks.Facts(turn_id=uuid.uuid4(), session_id=uuid.uuid4(), attempt=1, framework="none", model="echo")
 
@@ -47,10 +47,10 @@ def test_hooks_are_called_in_registration_order_at_each_point() -> None:
 def test_a_hook_that_raises_is_logged_masked_and_the_next_one_still_runs(caplog: pytest.LogCaptureFixture) -> None:
     calls: list[str] = []
     registry = hooks.HookRegistry([Broken(), Recorder("after", calls)])
-    with caplog.at_level(logging.WARNING, logger="worker.hooks"):
+    with caplog.at_level(logging.WARNING, logger="worker.runtime.hooks"):
         registry.started(hooks.Started(turn=FACTS, deliveries=1))  # does not raise
     assert calls == ["after.started"]
-    [record] = [r for r in caplog.records if r.name == "worker.hooks"]
+    [record] = [r for r in caplog.records if r.name == "worker.runtime.hooks"]
     assert "Broken.started raised, ignored" in record.getMessage()
     assert "hunter2" not in record.getMessage()
     assert record.getMessage() == mask_secrets(record.getMessage())

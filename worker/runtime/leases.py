@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, update
 
 from chatq.settings import get_settings, mask_secrets
 from models.db import session_scope
@@ -115,12 +115,6 @@ def get_lease_keeper() -> LeaseKeeper:
         if _keeper is None or _keeper._pid != os.getpid():
             _keeper = LeaseKeeper()
         return _keeper
-
-
-def cancel_requested(turn_id: uuid.UUID) -> bool:
-    """Whether a cancel was requested for a turn (a direct check, for the moment before streaming)."""
-    with session_scope() as db:
-        return bool(db.execute(select(Turn.cancel_requested).where(Turn.id == turn_id)).scalar_one_or_none())
 
 
 _hand_back = threading.Event()

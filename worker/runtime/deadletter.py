@@ -1,4 +1,4 @@
-"""Queue items the worker refused (`worker.intake`), set aside where an operator can read them.
+"""Queue items the worker refused (`worker.runtime.intake`), set aside where an operator can read them.
 
 The dead-letter list `chatq.dead` holds the newest DEAD_LETTER_MAX refusals, each a JSON object
 (`queue`, `reason`, `bytes`, `at`, and the item itself, cut to DEAD_LETTER_ITEM_CHARS); the list
@@ -33,7 +33,7 @@ DEAD_LETTER_ITEM_CHARS = 64 * 1024
 
 def set_aside(client: Any, *, queue: str, raw: bytes | str, reason: str) -> None:
     """Record a refused item in the dead-letter list and count it; never raises."""
-    from worker import metrics
+    from worker.ops import metrics
 
     metrics.SET_ASIDE.labels(queue).inc()
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
@@ -68,7 +68,7 @@ def notify_refused(turn_id: uuid.UUID, session_id: uuid.UUID, reason: str) -> No
 
 
 def _notify(turn_id: uuid.UUID, session_id: uuid.UUID, reason: str) -> None:
-    from worker.runner import publish_rejection
+    from worker.runtime.runner import publish_rejection
 
     try:
         publish_rejection(turn_id, session_id, reason)

@@ -7,7 +7,7 @@
     chatq kb attach SESSION KB...        the session's turns search these first and cite them
     chatq kb detach SESSION KB...
 
-Every command takes `--json`. Errors are one line on stderr and exit code 1 (`worker.cli.main`).
+Every command takes `--json`. Errors are one line on stderr and exit code 1 (`worker.cli.commands.main`).
 Only the standard library is imported at module level, so `chatq` starts fast whatever runs.
 """
 

@@ -30,8 +30,8 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_se
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from worker import hooks
-from worker.retry import RetryCause
+from worker.runtime import hooks
+from worker.runtime.retry import RetryCause
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ SET_ASIDE = Counter(
 
 
 class MetricsHooks(hooks.TurnHooks):
-    """Keeps the turn metrics above from the runner's lifecycle hooks (`worker.hooks`)."""
+    """Keeps the turn metrics above from the runner's lifecycle hooks (`worker.runtime.hooks`)."""
 
     def started(self, event: hooks.Started) -> None:
         IN_FLIGHT.inc()

@@ -1,4 +1,4 @@
-"""The sweeper (every worker runs it every CHATQ_SWEEP_INTERVAL seconds, worker/sweep_timer.py;
+"""The sweeper (every worker runs it every CHATQ_SWEEP_INTERVAL seconds, worker/runtime/sweep_timer.py;
 `chatq beat` can too, through the `chatq.sweep` task).
 
 Redis is only transport and keeps nothing on disk, so Postgres is searched for turns whose
@@ -23,10 +23,10 @@ from sqlalchemy.orm import Session
 from chatq.settings import get_settings
 from models.db import session_scope, unpooled_connection
 from models.tables import ChatMessage, Turn, TurnStatus
-from worker import bindings, claims
-from worker.dispatch import send_turns
-from worker.markers import in_queue
-from worker.turns import NextTurn, runs_next
+from worker.runtime import bindings, claims
+from worker.runtime.dispatch import send_turns
+from worker.runtime.markers import in_queue
+from worker.runtime.turns import NextTurn, runs_next
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class SweepReport:
 
 
 def declare_queues() -> None:
-    """Declare chatq's queues again and drop stray bindings (`worker.bindings`)."""
+    """Declare chatq's queues again and drop stray bindings (`worker.runtime.bindings`)."""
     from worker.app import app
 
     bindings.declare_queues(app)
@@ -62,7 +62,7 @@ def sweep_once() -> SweepReport:
     resend, expired = stale_turns(grace_seconds=settings.requeue_grace, in_queue=in_queue)
     for queue in {turn.queue for turn in resend}:
         send_turns([turn.to_message() for turn in resend if turn.queue == queue], queue=queue)
-    from worker import metrics
+    from worker.ops import metrics
 
     metrics.SWEEPER.labels("resent").inc(len(resend) - len(expired))
     metrics.SWEEPER.labels("expired_lease").inc(len(expired))

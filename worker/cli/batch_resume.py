@@ -20,12 +20,12 @@ from sqlalchemy.orm import Session
 
 from models.db import session_scope
 from models.tables import ChatMessage, ChatSession, Turn, TurnStatus
-from worker.claims import insert_turn
 from worker.payload import BATCH_QUEUE, TurnRequest
-from worker.turns import lock_session
+from worker.runtime.claims import insert_turn
+from worker.runtime.turns import lock_session
 
 if TYPE_CHECKING:
-    from worker.batch import Conversation
+    from worker.cli.batch import Conversation
 
 TurnIds = Callable[[int], uuid.UUID]
 """The batch's turn id of a conversation's turn, by index."""

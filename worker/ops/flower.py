@@ -6,10 +6,10 @@ Flower by default serves everything, task arguments included, to anyone who can 
 to run it open is `--unauthenticated` (our flag) on a loopback address.
 
 Task arguments never show user content: the producer sends `kwargsrepr` with ids and sizes only
-(worker/dispatch.py), and that repr is what Flower displays.
+(worker/runtime/dispatch.py), and that repr is what Flower displays.
 
 Flower exempts `/metrics` (and `/healthcheck`) from its authentication by design. `chatq flower`
-runs Flower through this module (`python -m worker.flower`), which first makes `/metrics` ask for
+runs Flower through this module (`python -m worker.ops.flower`), which first makes `/metrics` ask for
 the same credentials as every other page (`require_auth_for_metrics`, the one reach into Flower's
 internals), so a Prometheus scraping it sends the basic-auth user and password. `/healthcheck`
 stays open for container health checks; it answers "OK" and nothing else.
@@ -117,7 +117,7 @@ def flower_command(extra_args: Sequence[str], env: Mapping[str, str]) -> tuple[l
         for name, value in DEFAULT_OPTIONS.items()
         if name not in seen and f"FLOWER_{name.upper()}" not in env
     ]
-    command = [sys.executable, "-m", "worker.flower", "-A", "worker.app:app", "flower", *defaults, *args]
+    command = [sys.executable, "-m", "worker.ops.flower", "-A", "worker.app:app", "flower", *defaults, *args]
     return command, env_out
 
 

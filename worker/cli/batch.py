@@ -3,7 +3,7 @@
 Each conversation becomes one session whose turns run in order on the `chatq.batch` queue, so
 they never hold up interactive turns. Ids are derived from the batch id, the conversation id and
 the turn index, so running the same command again resumes instead of submitting twice
-(`worker.batch_resume` compares an edited file with what was stored).
+(`worker.cli.batch_resume` compares an edited file with what was stored).
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from chatq.settings import Settings, get_settings
 from handlers import framework_names
 from models.db import connection_scope, session_scope
 from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
-from worker import claims
-from worker.batch_resume import Comparison, Found, append_turns, compare, load_stored
-from worker.dispatch import send_turns
+from worker.cli.batch_resume import Comparison, Found, append_turns, compare, load_stored
 from worker.errors import InvalidTurn
-from worker.markers import in_queue
 from worker.payload import BATCH_QUEUE, task_message, validate_content
-from worker.turns import runs_next
+from worker.runtime import claims
+from worker.runtime.dispatch import send_turns
+from worker.runtime.markers import in_queue
+from worker.runtime.turns import runs_next
 
 SESSIONS = cast(Table, ChatSession.__table__)
 BATCH_NAMESPACE = uuid.UUID("5d0f3c39-1f4e-4c8e-9a53-2b0d0c9e6a71")
@@ -175,7 +175,7 @@ class Submission:
 def submit_batch(batch_id: str, conversations: Sequence[Conversation], *, chunk: int = 1000) -> Submission:
     """Store every conversation's session and turns in bulk (resuming what exists), then send.
 
-    A conversation the batch stored before is compared with the file first (`worker.batch_resume`):
+    A conversation the batch stored before is compared with the file first (`worker.cli.batch_resume`):
     it resumes if unchanged, gets new turns at its end stored, and is left alone if it changed.
     Only the first runnable turn of each conversation is sent: the worker sends a session's next
     turn as soon as the previous one ends, so a 10,000-turn batch costs one message per conversation.

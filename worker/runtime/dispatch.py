@@ -13,11 +13,11 @@ from redis import RedisError
 
 from chatq.settings import mask_secrets
 from worker.events import get_redis
-from worker.markers import sent_marker, set_markers
 from worker.payload import TASK_NAME, redacted_kwargs
+from worker.runtime.markers import sent_marker, set_markers
 
 if TYPE_CHECKING:
-    from worker.turns import NextTurn
+    from worker.runtime.turns import NextTurn
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def send_next(nxt: NextTurn | None) -> None:
 
 def kick_next(session_id: uuid.UUID) -> None:
     """Look up and send the session's next queued turn (for paths that ended a turn elsewhere)."""
-    from worker import turns
+    from worker.runtime import turns
 
     try:
         nxt = turns.next_runnable(session_id)

@@ -1,7 +1,7 @@
 """Sent-markers: Redis keys that say a turn's task message is waiting in the queue.
 
 The sweeper reads a queued turn without a marker as "its message was lost" and sends it again;
-a worker drops the marker when it takes the message (`worker.signals`).
+a worker drops the marker when it takes the message (`worker.ops.signals`).
 """
 
 from __future__ import annotations

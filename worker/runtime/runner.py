@@ -2,8 +2,8 @@
 
 `execute_turn` is what the `chatq.run_turn` task calls; it returns what happened so the task
 can decide on a Celery retry, and it can be called and tested without a worker. The runner runs;
-what observes a turn (metrics, the per-turn log lines) is a hook (`worker.hooks`), called at each
-point of its lifecycle, and whether and when a delivery is tried again is `worker.retry`'s policy.
+what observes a turn (metrics, the per-turn log lines) is a hook (`worker.runtime.hooks`), called at each
+point of its lifecycle, and whether and when a delivery is tried again is `worker.runtime.retry`'s policy.
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ from handlers.base import AgentMessage, StreamEvent, StreamEventKind, Usage
 from handlers.context import running_turn
 from handlers.errors import AgentInvocationError, HandlerError, UnknownFramework
 from models.tables import TurnStatus
-from worker import claims, hooks, turns
-from worker.dispatch import kick_next, send_next, send_turn
 from worker.errors import ConfigError, HandBack, InvalidTurn, LeaseLost, TurnCancelled
 from worker.events import EventType, TextCoalescer, TurnEvents
-from worker.hooks import Facts
-from worker.leases import TurnLease, get_lease_keeper, handing_back
-from worker.logs import set_attempt, turn_context
-from worker.observers import get_hooks
+from worker.ops.logs import set_attempt, turn_context
 from worker.payload import TurnRequest
-from worker.retry import RetryDecision, retry_policy
+from worker.runtime import claims, hooks, turns
+from worker.runtime.dispatch import kick_next, send_next, send_turn
+from worker.runtime.hooks import Facts
+from worker.runtime.leases import TurnLease, get_lease_keeper, handing_back
+from worker.runtime.observers import get_hooks
+from worker.runtime.retry import RetryDecision, retry_policy
 from worker.storable import INTEGER_MAX, clean_json, clean_text, is_outage, is_refusal, refusal_message
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ def execute_turn(request: TurnRequest, *, queue: str, worker: str) -> Result:
 
 
 def _execute(request: TurnRequest, *, queue: str, worker: str) -> Result:
-    # The message's sent-marker was dropped on receipt (worker.signals), before the pool ran this.
+    # The message's sent-marker was dropped on receipt (worker.ops.signals), before the pool ran this.
     get_hooks().before_claim(
         hooks.Claiming(turn_id=request.turn_id, session_id=request.session_id, queue=queue, worker=worker)
     )

@@ -7,9 +7,9 @@ fail or cancel (`finish_turn`, `request_cancel`) -> failed / cancelled; take ove
 A finished turn never changes again: every statement here matches only unfinished turns.
 
 A claim takes a `queued` turn (or a `running` one whose lease expired) only when it is the turn its
-session runs next (`worker.turns.runs_next_sql`), under the session row lock; ending a turn
+session runs next (`worker.runtime.turns.runs_next_sql`), under the session row lock; ending a turn
 requires the claim's `lease_token`, so a worker that lost its lease (a zombie) cannot write a
-second reply. The statements themselves are in `worker.transition_sql`.
+second reply. The statements themselves are in `worker.runtime.transition_sql`.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from chatq.settings import get_settings
 from handlers.base import AgentMessage, SessionInfo, Usage
 from models.db import autocommit_scope, connection_scope, session_scope
 from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, Turn, TurnStatus
-from worker import transition_sql as sql
 from worker.errors import InvalidTurn, SessionNotFound, TurnExists
-from worker.leases import renewal_interval
 from worker.payload import TurnRequest, session_conflict, task_message
-from worker.turns import (
+from worker.runtime import transition_sql as sql
+from worker.runtime.leases import renewal_interval
+from worker.runtime.turns import (
     NextTurn,
     check_reply_to,
     ensure_session,
@@ -166,7 +166,8 @@ def claim_turn(turn_id: uuid.UUID, *, worker: str, session_id: uuid.UUID | None 
 
 
 def _claim_slow(turn_id: uuid.UUID, *, worker: str, expected_session: uuid.UUID | None = None) -> ClaimResult:
-    """The claim with every case spelled out (see `worker.transition_sql.FAST_CLAIM`): the cases it hands over."""
+    """The claim with every case spelled out (see `worker.runtime.transition_sql.FAST_CLAIM`): the
+    cases it hands over."""
     settings = get_settings()
     with session_scope() as db:
         session_id = db.execute(select(Turn.session_id).where(Turn.id == turn_id)).scalar_one_or_none()

@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chatq.settings import get_settings, mask_secrets
-from worker import hooks
-from worker.retry import RetryCause
+from worker.runtime import hooks
+from worker.runtime.retry import RetryCause
 
 _turn: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("chatq_turn", default=None)
 
@@ -42,10 +42,11 @@ def set_attempt(attempt: int) -> None:
 
 
 class LogHooks(hooks.TurnHooks):
-    """The per-turn INFO/WARNING lines, from the runner's lifecycle hooks (`worker.hooks`).
+    """The per-turn INFO/WARNING lines, from the runner's lifecycle hooks (`worker.runtime.hooks`).
 
-    They keep the logger `worker.runner` they were written under before hooks existed, so
-    operators' filters on it still match. Ids, counts and errors only: never a prompt or a reply.
+    They keep the logger `worker.runner` they were written under before hooks existed (and before
+    the runner moved to `worker.runtime.runner`), so operators' filters on it still match. Ids,
+    counts and errors only: never a prompt or a reply.
     """
 
     def __init__(self, logger: logging.Logger | None = None) -> None:

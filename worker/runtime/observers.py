@@ -1,6 +1,6 @@
-"""The process's hooks: which observers every worker runs on each turn (`worker.hooks`).
+"""The process's hooks: which observers every worker runs on each turn (`worker.runtime.hooks`).
 
-Apart from `worker.hooks` so that the hooks themselves (`worker.metrics`, `worker.logs`) can
+Apart from `worker.runtime.hooks` so that the hooks themselves (`worker.ops.metrics`, `worker.ops.logs`) can
 build on its base class without an import cycle.
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import threading
 
-from worker.hooks import HookRegistry, TurnHooks
-from worker.logs import LogHooks
-from worker.metrics import MetricsHooks
+from worker.ops.logs import LogHooks
+from worker.ops.metrics import MetricsHooks
+from worker.runtime.hooks import HookRegistry, TurnHooks
 
 
 def default_hooks() -> list[TurnHooks]:

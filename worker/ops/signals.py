@@ -21,9 +21,9 @@ from celery.signals import (
 )
 
 from chatq.settings import mask_secrets
-from worker.heap import freeze_startup_objects
-from worker.leases import begin_hand_back
-from worker.logs import configure_handlers, quiet_http_clients
+from worker.ops.gc_freeze import freeze_startup_objects
+from worker.ops.logs import configure_handlers, quiet_http_clients
+from worker.runtime.leases import begin_hand_back
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +44,9 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
     """Import the agent adapters once at start (the first turn would pay seconds of imports) and
     start the metrics endpoint if CHATQ_METRICS_PORT is set."""
     from handlers import framework_names, load_handler_class
-    from worker.bindings import drop_stray_bindings
     from worker.events import get_redis
-    from worker.metrics import serve_metrics
+    from worker.ops.metrics import serve_metrics
+    from worker.runtime.bindings import drop_stray_bindings
 
     for framework in framework_names():
         try:
@@ -105,7 +105,7 @@ def _ctrl_c_is_a_clean_stop(sender: Any = None, **_: Any) -> None:
 def _message_taken(request: Any = None, **_: Any) -> None:
     """The message left the queue: drop its sent-marker now, not when the task starts, so a worker
     that dies with messages reserved leaves them to the sweeper's grace period, not its patience."""
-    from worker.markers import mark_taken
+    from worker.runtime.markers import mark_taken
 
     task_id = getattr(request, "id", None)
     if task_id and getattr(request, "name", None) == "chatq.run_turn":

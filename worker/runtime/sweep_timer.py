@@ -7,8 +7,8 @@ at a time across all workers and beat; the others skip that round. A failing rou
 Redis down) is logged and the next one tries again: the timer never stops the consumer or the
 worker.
 
-The app loads this module with its tasks (`include` in worker/app.py), not from worker/signals.py:
-the sweep sends through the app, and worker.app imports worker.signals, so connecting the
+The app loads this module with its tasks (`include` in worker/app.py), not from worker/ops/signals.py:
+the sweep sends through the app, and worker.app imports worker.ops.signals, so connecting the
 handlers there would make an import cycle.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 
 from chatq.settings import get_settings, mask_secrets
-from worker.sweeper import SweepReport, sweep_exclusively
+from worker.runtime.sweeper import SweepReport, sweep_exclusively
 
 log = logging.getLogger(__name__)
 

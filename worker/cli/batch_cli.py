@@ -35,7 +35,7 @@ def default_batch_id(path: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from worker import batch as b
+    from worker.cli import batch as b
     from worker.errors import ChatqError
 
     path = Path(args.file)
@@ -93,7 +93,7 @@ def follow(
     batch_id: str, conversations: list[Any], *, out: Path | None, poll: float, started: float, submission: Any
 ) -> int:
     """Follow the batch to its end, writing results as conversations finish; 0 if every turn succeeded."""
-    from worker import batch as b
+    from worker.cli import batch as b
 
     states: dict[Any, b.TurnState] = {}
     turns_of: dict[str, list[Any]] = {}

@@ -2,13 +2,14 @@
 
 Modelled on dramatiq's middleware: `TurnHooks` has one no-op method per hook point, a hook
 overrides the ones it cares about, and the process's `HookRegistry` (built once, by
-`worker.observers.get_hooks()`, from `default_hooks()` there) calls every hook in order. A hook that raises is logged
-(masked) and skipped; the turn and the hooks after it go on. Hooks run on the turn's thread, in
-the middle of its delivery: they must be quick and must not block (hand slow work to a thread).
+`worker.runtime.observers.get_hooks()`, from `default_hooks()` there) calls every hook in order.
+A hook that raises is logged (masked) and skipped; the turn and the hooks after it go on. Hooks
+run on the turn's thread, in the middle of its delivery: they must be quick and must not block
+(hand slow work to a thread).
 
 Adding an observer, such as a webhook sender, is one class: subclass `TurnHooks`, override the
-points it needs, and append an instance in `worker.observers.default_hooks()`. The runner does
-not change.
+points it needs, and append an instance in `worker.runtime.observers.default_hooks()`. The
+runner does not change.
 
 The points of one delivery, in order (each payload is a frozen value; `Facts` names the turn):
 
@@ -37,11 +38,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from chatq.settings import get_settings, mask_secrets
-from worker.retry import RetryCause
+from worker.runtime.retry import RetryCause
 
 if TYPE_CHECKING:
-    from worker.claims import Claim
     from worker.payload import TurnRequest
+    from worker.runtime.claims import Claim
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +160,7 @@ class Failed:
 
 @dataclass(frozen=True, kw_only=True)
 class Retried:
-    """The delivery is given up for now; the policy (`worker.retry`) sends it again after `delay`."""
+    """The delivery is given up for now; the policy (`worker.runtime.retry`) sends it again after `delay`."""
 
     turn: Facts
     """The turn and the attempt that ended (0 when none ran)."""
@@ -220,7 +221,7 @@ class Ended:
     turn: Facts
     """The turn and attempt."""
     outcome: str
-    """`worker.runner.Outcome`'s value, or `raised` when the attempt raised (an outage: the task retries)."""
+    """`worker.runtime.runner.Outcome`'s value, or `raised` when the attempt raised (an outage: the task retries)."""
     seconds: float
     """From the claim to the end of the attempt."""
     error: str | None = None

@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 from worker.errors import ChatqError, CliError
 
-COMMAND_MODULES: tuple[str, ...] = ("worker.batch_cli", "worker.gateway.command", "worker.kb_cli")
+COMMAND_MODULES: tuple[str, ...] = ("worker.cli.batch_cli", "worker.gateway.command", "worker.cli.kb_cli")
 """Modules with a `register(subparsers)` function that add more `chatq` subcommands."""
 
 EXIT_OK = 0
@@ -110,7 +110,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 def _follow(turn_id: uuid.UUID, *, json_lines: bool) -> int:
     """Print a turn's events to its end; 0 if it succeeded, 1 otherwise."""
-    from worker.follow import EventPrinter, follow_turn
+    from worker.cli.follow import EventPrinter, follow_turn
     from worker.queries import turn_report
 
     printer = EventPrinter(json_lines=json_lines)
@@ -138,7 +138,7 @@ def _follow(turn_id: uuid.UUID, *, json_lines: bool) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from worker.follow import EventPrinter, require_session, require_turn, watch_session
+    from worker.cli.follow import EventPrinter, require_session, require_turn, watch_session
     from worker.payload import parse_uuid
 
     if args.turn:
@@ -323,7 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_flower(args: argparse.Namespace, extra: list[str]) -> int:
-    from worker.flower import cmd_flower as run
+    from worker.ops.flower import cmd_flower as run
 
     return run(args, extra)
 
@@ -384,7 +384,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         print(f"chatq: error: {one_line(_explain(exc))}", file=sys.stderr)
         return EXIT_FAILED
-
-
-if __name__ == "__main__":
-    sys.exit(main())

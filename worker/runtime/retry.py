@@ -9,7 +9,7 @@ One frozen value built from `Settings` decides all three cases a turn is deliver
 - the session is busy with an earlier turn running elsewhere: checked again when that turn's
   lease would run out, plus a small margin.
 
-Pure: no services, no Celery. `worker.runner` and `worker.tasks` ask it; nothing else decides.
+Pure: no services, no Celery. `worker.runtime.runner` and `worker.runtime.tasks` ask it; nothing else decides.
 """
 
 from __future__ import annotations

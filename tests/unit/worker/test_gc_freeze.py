@@ -1,4 +1,4 @@
-"""worker.heap: start-up objects leave the garbage collector's passes; later garbage is still collected."""
+"""worker.ops.gc_freeze: start-up objects leave the garbage collector's passes; later garbage is still collected."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from worker.heap import freeze_startup_objects
+from worker.ops.gc_freeze import freeze_startup_objects
 
 
 class _Node:

@@ -1,0 +1,9 @@
+"""The `chatq` command line: the command itself (`commands`), the commands it adds (`batch_cli`,
+`kb_cli`) and what they use (`batch`, `batch_resume`, `follow`).
+
+`chatq = "worker.cli:main"` (pyproject.toml) and `python -m worker.cli` (`__main__`) run it.
+"""
+
+from worker.cli.commands import main
+
+__all__ = ["main"]
