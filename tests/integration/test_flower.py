@@ -94,7 +94,7 @@ class FlowerProcess:
                 self.process.wait(10)
 
 
-def _eventually(probe: Callable[[], T | None], what: str, timeout: float = 45.0) -> T:
+def _eventually(probe: Callable[[], T | None], what: str, timeout: float = 90.0) -> T:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = probe()
