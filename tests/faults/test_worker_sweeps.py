@@ -2,13 +2,15 @@
 
 A turn stored while Redis was unreachable (never sent) and a turn whose worker was killed with
 SIGKILL mid-stream both finish exactly once, with two workers sweeping on their own timers
-(CHATQ_SWEEP_INTERVAL 1 s, lease 3 s, grace 3 s: tests/support/workers.py's TEST_ENV).
+(CHATQ_SWEEP_INTERVAL 1 s, lease 3 s, grace 3 s: tests/support/workers.py's TEST_ENV, with
+CHATQ_WORKER_SWEEP back on).
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
@@ -30,6 +32,18 @@ pytestmark = pytest.mark.slow
 
 UNREACHABLE_REDIS = "redis://127.0.0.1:1/0"
 """Nothing listens on port 1: a producer using it stores its turn but cannot send it."""
+
+
+@pytest.fixture
+def workers(worker_env: dict[str, str]) -> Iterator[Workers]:
+    """Workers that sweep by themselves, as every `chatq worker` does by default (the suite's
+    other workers do not: tests/support/workers.py's TEST_ENV)."""
+    pool = Workers({**worker_env, "CHATQ_WORKER_SWEEP": "on"})
+    try:
+        yield pool
+    finally:
+        pool.kill_all()
+        print(pool.logs())  # shown only when the test failed
 
 
 def _deliveries(workers: Workers, turn_id: uuid.UUID) -> int:

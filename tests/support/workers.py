@@ -22,6 +22,10 @@ TEST_ENV = {
     "CHATQ_TURN_TIMEOUT": "20",
     "CHATQ_REQUEUE_GRACE": "3",
     "CHATQ_SWEEP_INTERVAL": "1",
+    # Off unless a test is about it (tests/faults/test_worker_sweeps.py): test workers share one
+    # database per run, and a worker sweeping every second would pick up the turns other tests
+    # leave queued on purpose and run them ahead of its own test's turns.
+    "CHATQ_WORKER_SWEEP": "off",
     "PYTHONUNBUFFERED": "1",
 }
 
