@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
-from kombu import Connection, Queue
+from kombu import Connection
 
 from worker.runtime.broker import Channel, Transport
 
@@ -32,22 +30,6 @@ def test_one_client_serves_every_publish_and_is_rebuilt_after_the_pools_are_drop
         with channel.conn_or_acquire() as rebuilt:
             assert rebuilt is not first
             assert rebuilt.ping()
-
-
-def test_messages_published_on_the_shared_client_arrive_in_order(redis_url: str) -> None:
-    queue = Queue(f"chatq.test-broker.{uuid.uuid4().hex}")
-    with Connection(redis_url, transport=Transport) as connection:
-        producer = connection.Producer(serializer="json")
-        for n in range(5):
-            producer.publish({"n": n}, routing_key=queue.name, declare=[queue])
-        received: list[int] = []
-        with connection.SimpleQueue(queue) as simple:
-            for _ in range(5):
-                message = simple.get(timeout=5)
-                received.append(message.payload["n"])
-                message.ack()
-            simple.queue.delete()
-    assert received == [0, 1, 2, 3, 4]
 
 
 def test_each_queue_has_its_own_binding_and_an_earlier_releases_shared_one_is_dropped(redis_url: str) -> None:
