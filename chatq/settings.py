@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from chatq.errors import ConfigError
+from chatq.per_process import PerProcess
 
 DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@localhost:5432/chatq"
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
@@ -311,12 +312,14 @@ def _address(env: Mapping[str, str], name: str, default: str) -> str:
     return raw.strip("[]")
 
 
-@functools.cache
+_settings: PerProcess[Settings] = PerProcess(load_settings)
+
+
 def get_settings() -> Settings:
-    """The settings of this process, parsed on first use and then cached."""
-    return load_settings()
+    """The settings of this process, parsed on first use and then kept (`chatq.per_process`)."""
+    return _settings.get()
 
 
 def reset_settings() -> None:
     """Forget the cached settings (tests that change the environment call this)."""
-    get_settings.cache_clear()
+    _settings.reset()
