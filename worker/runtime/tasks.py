@@ -93,7 +93,7 @@ def sweep() -> dict[str, int]:
     """Re-send lost turns and take over expired leases (run by `chatq beat`, under the workers' sweep lock)."""
     from worker.runtime.sweeper import sweep_exclusively
 
-    report = sweep_exclusively()
+    report = sweep_exclusively(current_runtime().settings)
     return report.as_dict() if report is not None else {"skipped": 1}
 
 
