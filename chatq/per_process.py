@@ -1,12 +1,12 @@
 """Process-wide state, owned in one place: values built lazily once per process, rebuilt after fork.
 
-Every client, pool, thread and cache that lives as long as the process is a `PerProcess` here: the
-settings (`chatq.settings`), the engine (`models.db`), the Redis client (`worker.events`), the lease
-keeper, the hooks and the refusal notifier (`worker.runtime`). Nothing is built at import time. A
-forked child (Celery prefork, multiprocessing) never uses its parent's value: it builds its own on
-first use, after `inherited` lets go of the parent's without closing what the parent still uses
-(SQLAlchemy's "Using Connection Pools with Multiprocessing or os.fork()"). `reset_all()` forgets
-every value, for tests that switch databases or environments.
+What a turn uses for the life of the process is a `PerProcess`: the settings (`chatq.settings`),
+the engines (`models.db`), the Redis client and the text flusher (`worker.events`), the lease keeper,
+the hooks, the refusal notifier and the `Runtime` that gathers them (`worker.runtime`). Nothing is
+built at import time. A forked child (Celery prefork, multiprocessing) never uses its parent's
+value: it builds its own on first use, after `inherited` lets go of the parent's without closing
+what the parent still uses (SQLAlchemy's "Using Connection Pools with Multiprocessing or
+os.fork()"). `reset_all()` forgets every value, for tests that switch databases or environments.
 """
 
 from __future__ import annotations
