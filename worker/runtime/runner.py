@@ -83,15 +83,15 @@ def execute_turn(request: TurnRequest, *, queue: str, worker: str, runtime: Runt
 
 
 def _execute(request: TurnRequest, *, queue: str, worker: str, runtime: Runtime) -> Result:
-    hooks_ = runtime.hooks
+    registry = runtime.hooks
     # The message's sent-marker was dropped on receipt (worker.ops.signals), before the pool ran this.
-    hooks_.before_claim(
+    registry.before_claim(
         hooks.Claiming(turn_id=request.turn_id, session_id=request.session_id, queue=queue, worker=worker)
     )
     if handing_back():
         # A message taken just as the worker began shutting down: pass it on untouched.
         send_turn(request.to_message(), queue=queue)
-        hooks_.handed_back(hooks.HandedBack(turn=Facts.of_request(request), running=False))
+        registry.handed_back(hooks.HandedBack(turn=Facts.of_request(request), running=False))
         return Result(outcome=Outcome.HANDED_BACK)
     claimed = claims.claim_turn(
         request.turn_id, worker=worker, session_id=request.session_id, settings=runtime.settings
@@ -109,24 +109,24 @@ def _execute(request: TurnRequest, *, queue: str, worker: str, runtime: Runtime)
     if status is claims.ClaimStatus.CONFLICT:
         # The turn belongs to another session: its own messages and events go on untouched, so
         # this message is refused with a log line only (its replay stream is the other turn's).
-        hooks_.rejected(
+        registry.rejected(
             hooks.Rejected(turn_id=request.turn_id, session_id=request.session_id, error=claimed.error or "")
         )
         return Result(outcome=Outcome.FAILED, error=claimed.error)
     if status is claims.ClaimStatus.BUSY:
         decision = runtime.retry.when_busy(claimed.retry_after)
-        hooks_.retried(hooks.Retried(turn=Facts.of_request(request), cause=decision.cause, delay=decision.delay))
+        registry.retried(hooks.Retried(turn=Facts.of_request(request), cause=decision.cause, delay=decision.delay))
         return Result(outcome=Outcome.BUSY, retry_after=decision.delay)
     if status in (claims.ClaimStatus.POISONED, claims.ClaimStatus.CANCELLED):
         events = TurnEvents.resume(session_id=request.session_id, turn_id=request.turn_id)
         facts = Facts.of_request(request, attempt=claimed.attempt)
         if status is claims.ClaimStatus.POISONED:
             events.publish(EventType.ERROR, claimed.attempt, error=claimed.error)
-            hooks_.failed(hooks.Failed(turn=facts, error=claimed.error or "", at_claim=True))
+            registry.failed(hooks.Failed(turn=facts, error=claimed.error or "", at_claim=True))
             kick_next(request.session_id)
             return Result(outcome=Outcome.FAILED, attempt=claimed.attempt, error=claimed.error)
         events.publish(EventType.CANCELLED, claimed.attempt)
-        hooks_.cancelled(hooks.Cancelled(turn=facts, at_claim=True))
+        registry.cancelled(hooks.Cancelled(turn=facts, at_claim=True))
         kick_next(request.session_id)
         return Result(outcome=Outcome.CANCELLED)
     if claimed.claim is None:
@@ -166,7 +166,7 @@ def retry_after_outage(
 
 
 def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Result:
-    hooks_ = runtime.hooks
+    registry = runtime.hooks
     if claim.deliveries > 1:
         events = TurnEvents.resume(session_id=claim.session.id, turn_id=claim.turn_id)
         # The previous delivery ended without a clean hand-back (its worker died or lost its
@@ -188,13 +188,13 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
         ended = claims.finish_turn(claim, TurnStatus.CANCELLED)
         if ended.stored:
             events.publish(EventType.CANCELLED, claim.attempt)
-            hooks_.cancelled(hooks.Cancelled(turn=Facts.of_claim(claim)))
+            registry.cancelled(hooks.Cancelled(turn=Facts.of_claim(claim)))
             send_next(ended.next_turn)
         return Result(outcome=Outcome.CANCELLED, attempt=claim.attempt)
     except HandBack:
         return hand_back(claim, events, runtime=runtime)
     except LeaseLost:
-        hooks_.lost(hooks.Lost(turn=Facts.of_claim(claim), storing=False))
+        registry.lost(hooks.Lost(turn=Facts.of_claim(claim), storing=False))
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     except AgentInvocationError as exc:
         return handle_agent_failure(claim, events, exc, runtime=runtime)
@@ -229,7 +229,7 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
         # again only to be refused again, so the turn fails now, once.
         return fail(claim, events, refusal_message(exc, "the reply"), runtime=runtime)
     if not completed.stored:
-        hooks_.lost(hooks.Lost(turn=Facts.of_claim(claim), storing=True))
+        registry.lost(hooks.Lost(turn=Facts.of_claim(claim), storing=True))
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     stored = time.monotonic() - started
     events.publish(
@@ -238,7 +238,7 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
         messages=[message.to_dict() for message in messages],
         usage=usage,
     )
-    hooks_.succeeded(
+    registry.succeeded(
         hooks.Succeeded(
             turn=Facts.of_claim(claim),
             seconds=stored,
@@ -265,7 +265,7 @@ def run_handler(
     from handlers.turn_input import build_turn_input
 
     runtime = runtime or current_runtime()
-    hooks_ = runtime.hooks
+    registry = runtime.hooks
     handler = get_agent_handler(claim.session)
     turn = build_turn_input(
         claim.session, claim.content, images=claim.images, reply_to=claim.reply_to, calls_tools=handler.calls_tools
@@ -282,13 +282,13 @@ def run_handler(
             if event.kind == StreamEventKind.TEXT:
                 if first_text and event.text and started is not None:
                     first_text = False
-                    hooks_.first_text(hooks.FirstText(turn=Facts.of_claim(claim), seconds=time.monotonic() - started))
+                    registry.first_text(hooks.FirstText(turn=Facts.of_claim(claim), seconds=time.monotonic() - started))
                 coalescer.add(event.text)
             elif event.kind == StreamEventKind.TOOL and event.tool is not None:
                 coalescer.flush()
                 tool = {key: event.tool.get(key) for key in ("id", "name", "status")}
                 events.publish(EventType.TOOL, claim.attempt, tool=tool)
-                hooks_.tool(
+                registry.tool(
                     hooks.ToolCall(
                         turn=Facts.of_claim(claim), name=tool["name"], call_id=tool["id"], status=tool["status"]
                     )
