@@ -6,7 +6,8 @@ the hooks, the refusal notifier and the `Runtime` that gathers them (`worker.run
 built at import time. A forked child (Celery prefork, multiprocessing) never uses its parent's
 value: it builds its own on first use, after `inherited` lets go of the parent's without closing
 what the parent still uses (SQLAlchemy's "Using Connection Pools with Multiprocessing or
-os.fork()"). `reset_all()` forgets every value, for tests that switch databases or environments.
+os.fork()"). Tests that switch databases or environments reset the value they change
+(`reset_settings`, `dispose_engine`, `reset_redis`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import weakref
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-__all__ = ["PerProcess", "reset_all"]
+__all__ = ["PerProcess"]
 
 T = TypeVar("T")
 
@@ -73,12 +74,6 @@ class PerProcess(Generic[T]):
     def _after_fork(self) -> None:
         # A lock some other thread of the parent held at the fork would never be released here.
         self._lock = threading.Lock()
-
-
-def reset_all() -> None:
-    """Forget every process-wide value (tests that change the environment or switch services)."""
-    for value in list(_every):
-        value.reset()
 
 
 def _after_fork_in_child() -> None:

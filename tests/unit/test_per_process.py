@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from chatq.per_process import PerProcess, reset_all
+from chatq.per_process import PerProcess
 
 
 def _counter() -> tuple[PerProcess[dict[str, int]], list[str]]:
@@ -57,13 +57,6 @@ def test_reset_closes_and_the_next_use_builds_again() -> None:
     assert value.built() is None
     assert value.get()["n"] == 1
     assert log == ["build", "close 0", "build"]
-
-
-def test_reset_all_forgets_every_value() -> None:
-    value, log = _counter()
-    value.get()
-    reset_all()
-    assert value.built() is None and log == ["build", "close 0"]
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
