@@ -350,10 +350,16 @@ def parse_api_tokens(raw: str) -> tuple[str, ...]:
     return tokens
 
 
-def load_gateway_variables(env: Mapping[str, str] | None = None) -> GatewayVariables:
-    """Parse and validate the gateway's variables from `env` (the process environment by default)."""
+def load_gateway_variables(env: Mapping[str, str] | None = None, *, token_required: bool = True) -> GatewayVariables:
+    """Parse and validate the gateway's variables from `env` (the process environment by default);
+    without a token, ConfigError unless `token_required` is off (`chatq serve --unauthenticated`)."""
     env = os.environ if env is None else env
     tokens = parse_api_tokens(env.get("CHATQ_API_TOKEN") or "")
+    if not tokens and token_required:
+        raise ConfigError(
+            "set CHATQ_API_TOKEN to a long random token (e.g. `openssl rand -hex 32`), "
+            "or run `chatq serve --unauthenticated` on a loopback address"
+        )
     max_body = None
     if (env.get("CHATQ_API_MAX_BODY_BYTES") or "").strip():
         max_body = env_int(env, "CHATQ_API_MAX_BODY_BYTES", 0, minimum=1024)

@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from chatq.settings import Settings, get_settings, load_gateway_variables
-from worker.errors import ConfigError
 
 TOKEN_ENV = "CHATQ_API_TOKEN"
 MAX_BODY_ENV = "CHATQ_API_MAX_BODY_BYTES"
@@ -58,12 +57,7 @@ def load_gateway_settings(
     """The gateway's variables (from `env`, the process environment by default) over `settings`;
     ConfigError (one line) for a bad value or a missing token."""
     settings = settings or get_settings()
-    variables = load_gateway_variables(env)
-    if not variables.api_tokens and not unauthenticated:
-        raise ConfigError(
-            f"set {TOKEN_ENV} to a long random token (e.g. `openssl rand -hex 32`), "
-            "or run `chatq serve --unauthenticated` on a loopback address"
-        )
+    variables = load_gateway_variables(env, token_required=not unauthenticated)
     max_body = variables.api_max_body_bytes
     return GatewaySettings(
         tokens=() if unauthenticated else variables.api_tokens,
