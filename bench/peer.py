@@ -250,6 +250,7 @@ class Chatq(Side):
         first = time.time()
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(submit, parts))
+        submitted = time.time() - first
         ended = capture.wait_all(turn_ids, timeout=timeout)
         finals = []
         ok = 0
@@ -258,7 +259,14 @@ class Chatq(Side):
             if events and events[-1][1].get("type") == "final":
                 ok += 1
             finals.append(events[-1][0] if events else float("nan"))
-        return {"first_submit": first, "last_reply": max(finals), "producer_cpu": cpu[0], "ok": ok, "ended": ended}
+        return {
+            "first_submit": first,
+            "last_reply": max(finals),
+            "producer_cpu": cpu[0],
+            "ok": ok,
+            "ended": ended,
+            "submit_s": submitted,
+        }
 
     def streamed(self, content: str) -> tuple[float, list[tuple[float, float]]]:
         from worker.producer import create_session, submit_turn
@@ -433,13 +441,14 @@ def _burst_figures(side: Side, latency: float, count: int) -> dict[str, float]:
         return {"rss": float(tree_rss_kib(side.memory_roots()))}
 
     parts_before = [tree_cpu([root]) for root in roots]
-    with Sampler(probe, 0.2) as sampler:
+    with Sampler(probe, 0.5) as sampler:
         result = side.burst(contents, timeout=latency * 6 + 300)
     parts = [tree_cpu([root]) - before for root, before in zip(roots, parts_before, strict=True)]
     cpu = tree_cpu(roots) - cpu_before + result["producer_cpu"]
     span = result["last_reply"] - result["first_submit"]
     return {
         "span": span,
+        "submit_s": result.get("submit_s", float("nan")),
         "ok": result["ok"],
         "cpu_ms_per_turn": 1000 * cpu / count,
         "producer_ms_per_turn": 1000 * result["producer_cpu"] / count,
@@ -451,10 +460,11 @@ def _burst_figures(side: Side, latency: float, count: int) -> dict[str, float]:
     }
 
 
-def _raw_figures(side: Chatq, count: int) -> dict[str, float]:
+def _raw_figures(side: Chatq, count: int, latency: float = 0.0) -> dict[str, float]:
     roots = side.roots()
     cpu_before = tree_cpu(roots)
-    result = side.burst([f"raw turn {i}" for i in range(count)], timeout=300, raw=True)
+    contents = [f"[sleep: {latency:g}] raw turn {i}" if latency else f"raw turn {i}" for i in range(count)]
+    result = side.burst(contents, timeout=latency * 6 + 300, raw=True)
     cpu = tree_cpu(roots) - cpu_before + result["producer_cpu"]
     span = result["last_reply"] - result["first_submit"]
     return {"span": span, "ok": result["ok"], "cpu_ms_per_turn": 1000 * cpu / count, "turns_per_s": count / span}
@@ -484,6 +494,7 @@ def _measure(side: Side, quick: bool) -> dict[str, float]:
             r = _burst_figures(side, latency, AT_ONCE)
             out[f"span{latency:g}"] = r["span"]
             out[f"ok{latency:g}"] = r["ok"]
+            out[f"submit{latency:g}"] = r["submit_s"]
             if latency == 10.0:
                 out["mem_mib_per_turn"] = r["mem_mib_per_turn"]
                 out["peak_mib"] = r["peak_mib"]
@@ -500,6 +511,10 @@ def _measure(side: Side, quick: bool) -> dict[str, float]:
             raw = _raw_figures(side, count)
             out.update(raw_turns_per_s=raw["turns_per_s"], raw_cpu_ms=raw["cpu_ms_per_turn"], raw_ok=raw["ok"])
             log(f"chatq raw: {raw}")
+            log(f"chatq: {AT_ONCE} raw task messages at once, model after 2 s")
+            raw2 = _raw_figures(side, AT_ONCE, latency=2.0)
+            out.update(raw_span2=raw2["span"], raw_ok2=raw2["ok"])
+            log(f"chatq raw: {raw2}")
         s = _stream_figures(side)
         out.update(s)
         log(f"{side.name}: {s}")
@@ -565,6 +580,12 @@ def _blocks(results: dict[str, list[dict[str, float]]], raw_p50: float, rounds: 
                     "chatq": f"{chatq_x:.3f}x ideal (rounds: {_spread(c, key)} s; ok {_spread(c, f'ok{latency:g}')})",
                     "peer": f"{peer_x:.3f}x ideal (rounds: {_spread(p, key)} s; ok {_spread(p, f'ok{latency:g}')})",
                     "ratio": f"chatq/peer {chatq_x / peer_x:.3f}",
+                    "submit": f"chatq's producer took {_spread(c, f'submit{latency:g}')} s to submit the {AT_ONCE}",
+                    **(
+                        {"raw msgs": f"chatq, {AT_ONCE} raw task messages: {_med(c, 'raw_span2') / latency:.3f}x ideal"}
+                        if latency == 2.0
+                        else {}
+                    ),
                 },
             )
         )
