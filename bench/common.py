@@ -284,14 +284,16 @@ class Stub(Subprocess):
 def chatq_worker(
     *, concurrency: int | None = None, env: Mapping[str, str] | None = None, name: str = "bench"
 ) -> Subprocess:
-    """`chatq worker` (threads pool, the project's defaults) as a subprocess.
+    """`chatq worker --processes 1` (one Celery worker, threads pool, the project's defaults) as a subprocess.
 
-    `--without-gossip --without-mingle` only shorten start-up (there is one worker per broker db).
+    One process: these benchmarks pause and resume its consumer by node name, read its CPU and RSS
+    by pid and compare it with one bare Celery worker (bench/peer.py runs the default, one process
+    per core). `--without-gossip --without-mingle` only shorten start-up (one worker per broker db).
     """
     hostname = f"{name}-{uuid.uuid4().hex[:6]}"
     # With CHATQ_BENCH_PUBLIC_API set, the shortcuts it names are off in the worker (bench.public_api).
     entry = "bench.public_api" if os.environ.get("CHATQ_BENCH_PUBLIC_API") else "worker.cli"
-    command = [sys.executable, "-m", entry, "worker", "--hostname", f"{hostname}@%h"]
+    command = [sys.executable, "-m", entry, "worker", "--processes", "1", "--hostname", f"{hostname}@%h"]
     if concurrency is not None:
         command += ["--concurrency", str(concurrency)]
     command += ["--without-gossip", "--without-mingle"]
