@@ -191,8 +191,11 @@ def proc_cpu_seconds(pid: int) -> float:
 class Subprocess:
     """A child process in its own process group, with a log file; killed (group) on stop."""
 
-    def __init__(self, name: str, command: list[str], env: Mapping[str, str], ready: str | None) -> None:
+    def __init__(
+        self, name: str, command: list[str], env: Mapping[str, str], ready: str | None, cwd: Path = ROOT
+    ) -> None:
         self.name = name
+        self.cwd = cwd
         self.command = command
         self.env = dict(env)
         self.ready = ready
@@ -207,7 +210,7 @@ class Subprocess:
     def start(self, timeout: float = 60.0) -> Subprocess:
         out = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            self.command, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            self.command, cwd=self.cwd, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
         deadline = time.monotonic() + timeout
         while self.ready is not None:

@@ -23,12 +23,14 @@ Per side and round:
   CPU per turn of every process that serves them: chatq's worker processes, Postgres (postmaster
   tree, exited backends included), Redis and the producer's submitting threads; the peer's server
   process tree. The peer's client keeps 200 runs in flight (its job limit).
-- `raw`: chatq only: the same 1,000 as raw task messages (another language's producer: no
-  Postgres write before the message, the worker inserts the turn and creates the session).
-- `stream`: turns one at a time, the stub streaming 20 chunks 10 ms apart, each chunk carrying
-  its send time: dispatch = submit -> first chunk leaving the stub (the model request), stream =
-  chunk sent -> chunk at the subscriber (chatq: pub/sub; peer: its SSE `messages-tuple` stream),
-  beside raw Redis pub/sub (bench/stream_latency.py's publisher).
+- `raw`: chatq only: the same 1,000, and 200 at once at 2 s, as raw task messages (another
+  language's producer: no Postgres write before the message, the worker inserts the turn and
+  creates the session).
+- `stream`: turns one at a time (0.2 s apart, so each meets an idle system), the stub streaming
+  20 chunks 10 ms apart, each chunk carrying its send time: dispatch = submit -> first chunk
+  leaving the stub (the model request), stream = chunk sent -> chunk at the subscriber (chatq:
+  pub/sub; peer: its SSE `messages-tuple` stream), beside raw Redis pub/sub
+  (bench/stream_latency.py's publisher).
 """
 
 from __future__ import annotations
@@ -345,7 +347,8 @@ class Peer(Side):
             str(AT_ONCE),
         ]
         self.url = f"http://127.0.0.1:{port}"
-        self.server = Subprocess("langgraph-dev", command, env, ready=None).start()
+        # In its own directory: the dev server keeps its state in `.langgraph_api/` under its cwd.
+        self.server = Subprocess("langgraph-dev", command, env, ready=None, cwd=self.directory).start()
         deadline = time.monotonic() + 120
         import httpx
 
@@ -477,6 +480,7 @@ def _stream_figures(side: Side) -> dict[str, float]:
         if chunks:
             dispatch.append(1000 * (chunks[0][0] - submitted))
             stream += [1000 * (received - stamp) for stamp, received in chunks]
+        time.sleep(0.2)  # the next turn meets an idle system, whatever the last one left to finish
     return {
         "dispatch_p50": percentile(dispatch, 50),
         "stream_p50": percentile(stream, 50),
