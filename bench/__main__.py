@@ -21,11 +21,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-BENCHMARKS = ("io_concurrency", "pipeline_overhead", "stream_latency", "dispatch", "history_scale", "peer")
-DEFAULT = BENCHMARKS[:-1]
-"""What runs without names: `peer` needs LangGraph's server installed (`make bench-peer` runs it)."""
+BENCHMARKS = ("io_concurrency", "pipeline_overhead", "stream_latency", "dispatch", "history_scale", "peer", "processes")
+DEFAULT = BENCHMARKS[:-2]
+"""What runs without names: `peer` needs LangGraph's server installed (`make bench-peer` runs it);
+`processes` is the measurement behind `chatq worker`'s default of a process per core."""
 TIME_LIMIT = {
     "peer": 1500,
+    "processes": 900,
     "io_concurrency": 150,
     "pipeline_overhead": 150,
     "stream_latency": 150,

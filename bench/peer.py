@@ -188,16 +188,20 @@ class Side:
 class Chatq(Side):
     name = "chatq"
 
-    def __init__(self, stub: Stub, services: dict[str, str]) -> None:
+    def __init__(self, stub: Stub, services: dict[str, str], extra: tuple[str, ...] = ()) -> None:
         self.stub = stub
         self.services = services
+        self.extra = extra
+        """More `chatq worker` options (bench/processes.py: `--processes 1 --concurrency 256`)."""
+        if extra:
+            self.name = "chatq " + " ".join(extra)
         self.worker: Subprocess | None = None
         self.capture: EventCapture | None = None
 
     def start(self) -> None:
         hostname = f"peerbench-{uuid.uuid4().hex[:6]}@%h"
         command = [sys.executable, "-m", "worker.cli", "worker", "--hostname", hostname]
-        command += ["--without-gossip", "--without-mingle"]
+        command += ["--without-gossip", "--without-mingle", *self.extra]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "CHATQ_WORKER_SWEEP": "off"}
         self.worker = Subprocess("chatq-worker", command, env, ready=None).start()
         deadline = time.monotonic() + 120
@@ -489,7 +493,7 @@ def _stream_figures(side: Side) -> dict[str, float]:
     }
 
 
-def _measure(side: Side, quick: bool) -> dict[str, float]:
+def _measure(side: Side, quick: bool, *, raw: bool = True, stream: bool = True) -> dict[str, float]:
     out: dict[str, float] = {}
     side.start()
     try:
@@ -510,7 +514,7 @@ def _measure(side: Side, quick: bool) -> dict[str, float]:
         out["cpu_parts"] = r["cpu_parts"]  # type: ignore[assignment]
         out["producer_ms"] = r["producer_ms_per_turn"]
         log(f"{side.name}: {r}")
-        if isinstance(side, Chatq):
+        if raw and isinstance(side, Chatq):
             log(f"chatq: {count} raw task messages, instant model")
             raw = _raw_figures(side, count)
             out.update(raw_turns_per_s=raw["turns_per_s"], raw_cpu_ms=raw["cpu_ms_per_turn"], raw_ok=raw["ok"])
@@ -519,9 +523,10 @@ def _measure(side: Side, quick: bool) -> dict[str, float]:
             raw2 = _raw_figures(side, AT_ONCE, latency=2.0)
             out.update(raw_span2=raw2["span"], raw_ok2=raw2["ok"])
             log(f"chatq raw: {raw2}")
-        s = _stream_figures(side)
-        out.update(s)
-        log(f"{side.name}: {s}")
+        if stream:
+            s = _stream_figures(side)
+            out.update(s)
+            log(f"{side.name}: {s}")
     finally:
         side.stop()
     return out
