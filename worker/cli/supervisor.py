@@ -149,6 +149,8 @@ class Supervisor:
         child.started_at = time.monotonic()
         child.starts += 1
         child.due_at = None
+        if self.stopping:  # a signal came while the children were being started
+            child.process.send_signal(signal.SIGTERM)
 
     def _signal_children(self, signum: int) -> None:
         for child in self.children:
