@@ -21,8 +21,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-BENCHMARKS = ("io_concurrency", "pipeline_overhead", "stream_latency", "dispatch", "history_scale")
+BENCHMARKS = ("io_concurrency", "pipeline_overhead", "stream_latency", "dispatch", "history_scale", "peer", "processes")
+DEFAULT = BENCHMARKS[:-2]
+"""What runs without names: `peer` needs LangGraph's server installed (`make bench-peer` runs it);
+`processes` is the measurement behind `chatq worker`'s default of a process per core."""
 TIME_LIMIT = {
+    "peer": 1500,
+    "processes": 900,
     "io_concurrency": 150,
     "pipeline_overhead": 150,
     "stream_latency": 150,
@@ -132,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [name for name in args.names if name not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
-    names = list(args.names) or list(BENCHMARKS)
+    names = list(args.names) or list(DEFAULT)
     if args.profile:
         os.environ["CHATQ_BENCH_PROFILE"] = str(Path(args.profile).resolve())
 

@@ -71,8 +71,8 @@ class Settings:
     """Seconds a turn's replay stream is kept after its last event (`CHATQ_EVENT_RETENTION`)."""
     text_coalesce_ms: float = 0.0
     """Window in which streamed text chunks are merged into one event (`CHATQ_TEXT_COALESCE_MS`)."""
-    worker_concurrency: int = 32
-    """Turns one `chatq worker` runs at once on its thread pool (`CHATQ_WORKER_CONCURRENCY`)."""
+    worker_concurrency: int = 128
+    """Turns each `chatq worker` process runs at once on its thread pool (`CHATQ_WORKER_CONCURRENCY`)."""
     max_tool_output_chars: int = 20_000
     """Tool results longer than this are cut before they reach the model (`CHATQ_MAX_TOOL_OUTPUT_CHARS`)."""
     plugins: tuple[str, ...] = ()
@@ -262,7 +262,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         requeue_grace=env_float(env, "CHATQ_REQUEUE_GRACE", 30.0, minimum=0.0),
         event_retention=env_int(env, "CHATQ_EVENT_RETENTION", 3_600, minimum=600),
         text_coalesce_ms=env_float(env, "CHATQ_TEXT_COALESCE_MS", 0.0, minimum=0.0),
-        worker_concurrency=env_int(env, "CHATQ_WORKER_CONCURRENCY", 32, minimum=1),
+        worker_concurrency=env_int(env, "CHATQ_WORKER_CONCURRENCY", 128, minimum=1),
         max_tool_output_chars=env_int(env, "CHATQ_MAX_TOOL_OUTPUT_CHARS", 20_000, minimum=100),
         plugins=_modules(env, "CHATQ_PLUGINS"),
         metrics_port=_port(env, "CHATQ_METRICS_PORT"),
