@@ -46,6 +46,8 @@ BURST_MS = 500
 """Tolerance of the rate buckets: at most half a second's worth of requests leave together."""
 BETA = 0.85
 """Multiplicative decrease of the adaptive limit on a 429 the service gave no limit for."""
+INCREASE_RPM = 0.3
+"""Additive increase of the adaptive rate per success (requests per minute): about 5% per 10 s at any rate."""
 HELD_KEY = "chatq:limits:held"
 """Hash of model -> JSON `{"reason", "until"}`: which models are holding turns back now (`chatq batch`)."""
 _TTL_MS = 86_400_000
@@ -120,6 +122,7 @@ return {1, 0, '', held + 1, est}
 # KEYS: hash, slots, sent log. ARGV: member, outcome (ok|other), ms, estimate, tokens, cfg tpm.
 _RELEASE = (
     _PRELUDE
+    + f"local INCREASE_RPM = {INCREASE_RPM}\n"
     + """
 local H, S, R = KEYS[1], KEYS[2], KEYS[3]
 redis.call('ZREM', S, ARGV[1])
@@ -136,7 +139,7 @@ local measured = redis.call('ZCOUNT', R, now - 10000, '+inf') * 6
 local a_rpm, a_tpm, a_conc = n(f[5], 0), n(f[4], 0), n(f[6], 0)
 if a_rpm > 0 then
   local cap = n(f[7], 0) > 0 and 0.97 * tonumber(f[7]) or math.max(2 * measured, 10)
-  redis.call('HSET', H, 'a_rpm', math.min(a_rpm + math.max(a_rpm / 3000, 0.05), math.max(cap, a_rpm)))
+  redis.call('HSET', H, 'a_rpm', math.min(a_rpm + INCREASE_RPM, math.max(cap, a_rpm)))
 end
 if a_tpm > 0 and tokens > 0 then
   local cap = n(f[8], 0) > 0 and 0.97 * tonumber(f[8]) or a_tpm * 2
@@ -159,8 +162,12 @@ local f = redis.call('HMGET', H, 'a_rpm', 'a_tpm', 'a_conc', 'last_dec', 'avg_ms
 local a_rpm, a_tpm, a_conc, avg = n(f[1], 0), n(f[2], 0), n(f[3], 0), n(f[5], 1000)
 if now - n(f[4], 0) < math.max(1000, avg) then return {a_rpm, a_tpm, a_conc} end
 local kind, l_rpm, l_tpm, beta = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local measured = redis.call('ZCOUNT', R, now - 10000, '+inf') * 6
+local sent = redis.call('ZCOUNT', R, now - 10000, '+inf')
+local measured = sent * 6
 local held = redis.call('ZCARD', S)
+-- A refusal at a trickle says nothing about the fleet's rate (the key may be busy elsewhere):
+-- the turn waits out Retry-After, and the limits stay as they are.
+if sent < 5 and l_rpm == 0 and l_tpm == 0 then return {a_rpm, a_tpm, a_conc} end
 if kind == 'rate_limited' then
   local base = measured
   if a_rpm > 0 then base = math.min(a_rpm, math.max(measured, 1)) end
