@@ -47,7 +47,7 @@ def parse_model_limits(raw: str | None) -> tuple[ModelLimit, ...]:
     text = (raw or "").strip()
     if not text:
         return ()
-    if not text.startswith("{"):
+    if not text.startswith(("{", "[")):
         try:
             text = Path(text).expanduser().read_text(encoding="utf-8")
         except OSError as exc:
@@ -89,15 +89,19 @@ def _entry(key: str, value: object) -> ModelLimit:
 
 
 def limit_for(limits: tuple[ModelLimit, ...], model: str, base_url: str | None) -> ModelLimit | None:
-    """The entry that applies to `model` at `base_url`: `MODEL@BASE_URL`, else `MODEL`, else `*`."""
-    by_key = {entry.key: entry for entry in limits}
+    """The entry that applies to `model` at `base_url`: `MODEL@BASE_URL`, else `MODEL`, else `*`.
+
+    Base URLs match with or without a trailing slash.
+    """
     base = (base_url or "").rstrip("/")
-    for key in (f"{model}@{base}" if base else None, model, ANY_MODEL):
-        if key is not None and key in by_key:
-            return by_key[key]
-    # A key's base URL may be written with a trailing slash.
+    plain: ModelLimit | None = None
+    anything: ModelLimit | None = None
     for entry in limits:
         name, _, url = entry.key.partition("@")
         if url and name == model and url.rstrip("/") == base:
             return entry
-    return None
+        if not url and name == model:
+            plain = entry
+        elif entry.key == ANY_MODEL:
+            anything = entry
+    return plain or anything

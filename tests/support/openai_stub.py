@@ -361,6 +361,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif self.path.rstrip("/") == "/_provider":
             limits = self.owner.limits
             self._json(200, limits.stats() if limits else {})
+        elif self.path.rstrip("/") == "/_provider/answers":
+            limits = self.owner.limits
+            self._json(200, list(limits.answers) if limits else [])
         elif self.path.rstrip("/") == "/v1/models":
             self._json(200, {"object": "list", "data": [{"id": "gpt-4o-mini", "object": "model"}]})
         else:
