@@ -30,9 +30,11 @@ import urllib.request
 import uuid
 from typing import Any
 
-from bench.common import Block, Subprocess, chatq_worker, isolated_services, log, print_block, use_stub
+from bench.common import Block, Subprocess, chatq_worker, isolated_services, log, print_block, run_warmup, use_stub
 
 MODEL = "gpt-4o-mini"
+WARMUP_MODEL = "warm-up"
+"""A model name of its own for the warm-up turns, so the batch's model starts with no limits state."""
 VARIANTS = ("adaptive", "configured", "baseline")
 
 
@@ -73,6 +75,11 @@ def run_variant(variant: str, *, turns: int, rpm: float, latency: float) -> dict
         try:
             for worker in workers:
                 worker.start()
+            # A few turns first, so each worker has imported its model client before the batch: the
+            # first turn of a process spends a second or two importing it, and the requests whose slots
+            # were granted meanwhile would leave together afterwards.
+            run_warmup(None, [WARMUP_MODEL], turns_each=6)
+            time.sleep(2.0)  # the provider's bucket refills; the warm-up's requests are not counted
             sessions = [create_session(framework="none", model=MODEL) for _ in range(turns)]
             started = time.time()
             ids = [submit_turn(s, f"turn {i}", queue="chatq.batch").turn_id for i, s in enumerate(sessions)]
@@ -90,7 +97,7 @@ def run_variant(variant: str, *, turns: int, rpm: float, latency: float) -> dict
             with session_scope() as db:
                 rows = db.query(Turn.status, Turn.finished_at).filter(Turn.id.in_(ids)).all()
             waited = _interactive_wait(interactive)
-            answers = stub.answers()
+            answers = [(at, status) for at, status in stub.answers() if at >= started]
         finally:
             for worker in workers:
                 worker.stop()
@@ -112,6 +119,7 @@ def run_variant(variant: str, *, turns: int, rpm: float, latency: float) -> dict
         "requests": len(answers),
         "refused_share": sum(1 for _, s in answers if s != 200) / max(len(answers), 1),
         "refused_share_after_1min": sum(1 for s in late if s != 200) / max(len(late), 1),
+        "refused_at": [round(at - started, 2) for at, status in answers if status != 200][:20],
         "interactive_wait": waited,
         "interval": 60.0 / rpm,
         "span": span,
@@ -159,7 +167,7 @@ def blocks(results: list[dict[str, Any]]) -> list[Block]:
     for r in results:
         name = f"provider_limits.{r['variant']}"
         rpm = 60.0 / r["interval"]
-        details = {k: v for k, v in r.items() if k != "variant"}
+        details = {k: v for k, v in r.items() if k not in ("variant", "refused_at")}
         throughput_target, refused_target = targets.get(r["variant"], (None, None))
         out.append(
             Block(

@@ -32,6 +32,10 @@ __all__ = ["Admission", "admit", "finish", "hold", "on_busy", "scope_of"]
 
 log = logging.getLogger(__name__)
 
+CONFIGURED_SHARE = 0.97
+"""Share of a configured rate the fleet paces itself to: the provider counts requests when they
+arrive, and the jitter between a slot being granted and its request arriving would otherwise
+cost a 429 each time two requests land closer together than the provider's refill allows."""
 SLOT_MARGIN = 10.0
 """Seconds a slot outlives the turn timeout: a killed worker's slots come back after that."""
 REPLY_TOKENS = 256
@@ -77,8 +81,8 @@ def scope_of(claim: claims.Claim) -> limits.Scope | None:
     return limits.Scope(
         key=f"{model}@{base}",
         model=model,
-        rpm=(entry.rpm or 0.0) if entry else 0.0,
-        tpm=(entry.tpm or 0.0) if entry else 0.0,
+        rpm=(entry.rpm or 0.0) * CONFIGURED_SHARE if entry else 0.0,
+        tpm=(entry.tpm or 0.0) * CONFIGURED_SHARE if entry else 0.0,
         max_concurrent=(entry.max_concurrent or 0) if entry else 0,
     )
 
