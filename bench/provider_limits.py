@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -115,7 +116,7 @@ def run_variant(variant: str, *, turns: int, rpm: float, latency: float) -> dict
         "failed": failed,
         "unfinished": turns - succeeded - failed,
         "throughput": succeeded / span * 60 / rpm if finished else 0.0,
-        "steady_throughput": len(steady) / steady_span * 60 / rpm if steady_span == steady_span else float("nan"),
+        "steady_throughput": len(steady) / steady_span * 60 / rpm if not math.isnan(steady_span) else float("nan"),
         "requests": len(answers),
         "refused_share": sum(1 for _, s in answers if s != 200) / max(len(answers), 1),
         "refused_share_after_1min": sum(1 for s in late if s != 200) / max(len(late), 1),
@@ -204,7 +205,7 @@ def blocks(results: list[dict[str, Any]]) -> list[Block]:
                 baseline_label="baseline (limits off)" if base else "turns",
             )
         )
-        if r["interactive_wait"] == r["interactive_wait"]:
+        if not math.isnan(r["interactive_wait"]):
             out.append(
                 Block(
                     name=f"{name}.interactive_wait",

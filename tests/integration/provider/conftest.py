@@ -14,7 +14,11 @@ CAPPED_MODEL = "capped-model"
 """A model name configured with `max_concurrent: 2` in the workers' CHATQ_MODEL_LIMITS."""
 PACED_MODEL = "paced-model"
 """A model name configured with `rpm: 120`."""
-MODEL_LIMITS = {CAPPED_MODEL: {"max_concurrent": 2}, PACED_MODEL: {"rpm": 120}}
+SOLO_MODEL = "solo-model"
+"""A model name configured with `max_concurrent: 1`."""
+PATIENCE = 8.0
+"""The workers' CHATQ_PROVIDER_PATIENCE (seconds)."""
+MODEL_LIMITS = {SOLO_MODEL: {"max_concurrent": 1}, CAPPED_MODEL: {"max_concurrent": 2}, PACED_MODEL: {"rpm": 120}}
 
 
 @pytest.fixture(scope="package")
@@ -42,6 +46,7 @@ def provider_env(chatq_env: dict[str, str], provider_stub: OpenAIStub) -> dict[s
         "OPENAI_API_KEY": "sk-test-not-a-secret",
         "CHATQ_MODEL_LIMITS": json.dumps(MODEL_LIMITS),
         "CHATQ_TURN_TIMEOUT": "5",
+        "CHATQ_PROVIDER_PATIENCE": str(PATIENCE),
     }
 
 

@@ -6,10 +6,10 @@ import uuid
 
 import pytest
 
-from tests.integration.provider.conftest import CAPPED_MODEL
+from tests.integration.provider.conftest import CAPPED_MODEL, PATIENCE, SOLO_MODEL
 from tests.support.openai_stub import OpenAIStub
 from tests.support.provider_limits import ProviderLimits
-from tests.support.turns import replay_events, wait_for_turn, wait_for_turns
+from tests.support.turns import replay_events, wait_for_status, wait_for_turn, wait_for_turns
 from tests.support.workers import WorkerProcess
 from worker.producer import create_session, submit_turn
 
@@ -86,3 +86,39 @@ def test_without_configuration_a_rate_limited_provider_fails_no_turn(
     stats = provider.limits.stats()
     assert stats["ok"] == 16
     assert stats["refused"] < stats["ok"], "after the first refusals the workers paced themselves"
+
+
+def test_a_service_that_keeps_refusing_fails_the_turn_after_the_patience(
+    workers: list[WorkerProcess], provider: OpenAIStub, redis_url: str
+) -> None:
+    turn = submit_turn(create_session(framework="none", model=_model()), f"hi [ratelimit-times: {uuid.uuid4()} 9999]")
+    row = wait_for_turn(turn.turn_id, timeout=60)
+    assert row.status.value == "failed"
+    assert row.error == (
+        f"the model service is rate limiting requests (HTTP 429), and kept refusing for {PATIENCE:g} s"
+        " (CHATQ_PROVIDER_PATIENCE)"
+    )
+    assert len(provider.replies) > 3 and {r["status"] for r in provider.replies} == {429}
+    assert replay_events(redis_url, turn.turn_id)[-1]["type"] == "error"
+
+
+def test_an_interactive_turn_takes_the_next_slot_ahead_of_waiting_batch_turns(
+    workers: list[WorkerProcess], provider: OpenAIStub, redis_url: str
+) -> None:
+    batch = [
+        submit_turn(create_session(framework="none", model=SOLO_MODEL), "batch [sleep: 0.3]", queue="chatq.batch")
+        for _ in range(6)
+    ]
+    wait_for_status(batch[0].turn_id, "running", timeout=30)
+    interactive = submit_turn(create_session(framework="none", model=SOLO_MODEL), "me first")
+    rows = wait_for_turns([t.turn_id for t in [*batch, interactive]], timeout=90)
+    assert all(r.status.value == "succeeded" for r in rows.values()), [r.error for r in rows.values()]
+
+    def started(turn_id: uuid.UUID) -> float:
+        return next(e["ts"] for e in replay_events(redis_url, turn_id) if e["type"] == "started")
+
+    mine = started(interactive.turn_id)
+    behind = [t for t in batch if started(t.turn_id) > mine]
+    # Submitted while the batch held the one slot and five batch turns waited: at most the turn
+    # whose slot was being handed over when it arrived goes before it.
+    assert len(behind) >= 4, f"only {len(behind)} of the waiting batch turns started after the interactive one"

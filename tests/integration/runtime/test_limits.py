@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from collections.abc import Iterator
@@ -53,7 +54,7 @@ def test_a_rate_limit_spaces_waiting_batch_turns_one_interval_apart(scope_key: s
     assert all(granted)
     waits = [_take(scope, f"w{i}") for i in range(6)]
     assert not any(w.granted for w in waits) and {w.reason for w in waits} == {"rpm"}
-    gaps = [later.wait - earlier.wait for earlier, later in zip(waits, waits[1:], strict=False)]
+    gaps = [later.wait - earlier.wait for earlier, later in itertools.pairwise(waits)]
     assert all(0.09 <= gap <= 0.11 for gap in gaps), gaps
 
 
@@ -97,3 +98,17 @@ def test_without_a_named_limit_a_429_cuts_rate_and_concurrency_by_beta(scope_key
     # One burst of refusals lowers the limit once, not once per refused request.
     again = limits.throttled(scope, kind="rate_limited", limit_requests=None, limit_tokens=None)
     assert again.rpm == after.rpm
+
+
+def test_the_batch_bar_says_when_the_provider_holds_turns_back(scope_key: str) -> None:
+    from worker.cli.batch_cli import provider_note
+
+    model = scope_key.partition("@")[0]
+    now = time.time()
+    try:
+        limits.mark_held(model, "rate_limited", now - 1)
+        assert model not in provider_note(now), "a hold that is over is not shown"
+        limits.mark_held(model, "rate_limited", now + 30)
+        assert f"held back by the provider ({model}: 429 rate limited, until " in provider_note(now)
+    finally:
+        get_redis().hdel(limits.HELD_KEY, model)
