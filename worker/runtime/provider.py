@@ -27,6 +27,7 @@ from worker.runtime import claims, hooks, limits
 from worker.runtime.hooks import Facts
 from worker.runtime.observers import get_hooks
 from worker.runtime.retry import RetryDecision, retry_policy
+from worker.storable import is_outage
 
 __all__ = ["Admission", "admit", "finish", "hold", "on_busy", "scope_of"]
 
@@ -96,13 +97,20 @@ def admit(claim: claims.Claim) -> Admission:
     scope = scope_of(claim)
     if scope is None:
         return Admission(scope=None, grant=None, started=time.monotonic())
-    grant = limits.acquire(
-        scope,
-        str(claim.turn_id),
-        interactive=claim.queue == INTERACTIVE_QUEUE,
-        hint_tokens=count_tokens(claim.content) + REPLY_TOKENS,
-        lease_seconds=get_settings().turn_timeout + SLOT_MARGIN,
-    )
+    try:
+        grant = limits.acquire(
+            scope,
+            str(claim.turn_id),
+            interactive=claim.queue == INTERACTIVE_QUEUE,
+            hint_tokens=count_tokens(claim.content) + REPLY_TOKENS,
+            lease_seconds=get_settings().turn_timeout + SLOT_MARGIN,
+        )
+    except Exception as exc:
+        if is_outage(exc):
+            raise  # Redis is down: the delivery is retried as for any outage
+        # A limiter that fails for another reason must not stop every turn of the model.
+        log.warning("turn %s: the shared limits failed, running without them: %s", claim.turn_id, exc)
+        return Admission(scope=None, grant=None, started=time.monotonic())
     if grant.granted:
         from worker.ops import metrics
 

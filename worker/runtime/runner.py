@@ -136,7 +136,13 @@ def _execute(request: TurnRequest, *, queue: str, worker: str) -> Result:
 def run_admitted(claim: claims.Claim) -> Result:
     """Run a claimed turn once its model's shared limits give it a slot (`worker.runtime.provider`),
     else put it back to wait for one without holding this thread."""
-    admission = provider.admit(claim)
+    try:
+        admission = provider.admit(claim)
+    except Exception:
+        # Redis unreachable: give the turn back now (else it waits for its lease to run out).
+        with contextlib.suppress(Exception):
+            claims.requeue_turn(claim, hand_back=True)
+        raise
     if admission.waiting:
         decision = provider.hold(claim, admission)
         if decision is None:
