@@ -112,3 +112,16 @@ def test_the_batch_bar_says_when_the_provider_holds_turns_back(scope_key: str) -
         assert f"held back by the provider ({model}: 429 rate limited, until " in provider_note(now)
     finally:
         get_redis().hdel(limits.HELD_KEY, model)
+
+
+def test_a_token_limit_charges_an_estimate_and_corrects_it_from_the_reported_usage(scope_key: str) -> None:
+    scope = Scope(key=scope_key, model="m", tpm=6000)  # 100 tokens a second
+    first = _take(scope, "a")  # 100 tokens estimated (the hint): one second's worth
+    assert first.granted and first.estimate == 100
+    refused = _take(scope, "b")
+    assert not refused.granted and refused.reason == "tpm" and 0.5 < refused.wait <= 1.0
+    # The reply used 10 tokens, not 100: the 90 charged too many are given back, and the model's
+    # estimate follows what it really uses.
+    limits.release(scope, "a", succeeded=True, seconds=0.2, estimate=first.estimate, tokens=10)
+    second = _take(scope, "b")
+    assert second.granted and second.estimate == 10
