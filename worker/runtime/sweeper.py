@@ -20,7 +20,7 @@ from datetime import timedelta
 from sqlalchemy import and_, func, or_, select, text
 from sqlalchemy.orm import Session
 
-from chatq.settings import get_settings
+from chatq.settings import Settings, get_settings
 from models.db import session_scope, unpooled_connection
 from models.tables import ChatMessage, Turn, TurnStatus
 from worker.runtime import bindings, claims
@@ -52,9 +52,9 @@ def declare_queues() -> None:
     bindings.declare_queues(app)
 
 
-def sweep_once() -> SweepReport:
-    """One pass of the sweeper."""
-    settings = get_settings()
+def sweep_once(settings: Settings | None = None) -> SweepReport:
+    """One pass of the sweeper, by `settings` (the runtime's; the process's by default)."""
+    settings = settings or get_settings()
     try:
         declare_queues()
     except Exception as exc:
@@ -172,10 +172,10 @@ def sweep_lock() -> Iterator[bool]:
                     connection.scalar(text("SELECT pg_advisory_unlock(:key)"), {"key": SWEEP_LOCK_KEY})
 
 
-def sweep_exclusively() -> SweepReport | None:
+def sweep_exclusively(settings: Settings | None = None) -> SweepReport | None:
     """One sweep unless another worker or beat is sweeping now (then None: this round is skipped)."""
     with sweep_lock() as held:
         if not held:
             log.debug("sweep skipped: another process holds the sweep lock")
             return None
-        return sweep_once()
+        return sweep_once(settings)
