@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from chatq.errors import ConfigError
+from chatq.model_limits import ModelLimit, parse_model_limits
 from chatq.per_process import PerProcess
 
 DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@localhost:5432/chatq"
@@ -88,6 +89,13 @@ class Settings:
     prices: str | None = None
     """Prices of models and paid tools: a JSON object, or the path of a file holding one, re-read when it
     changes (`CHATQ_PRICES`; parsed by `handlers.accounting`)."""
+    model_limits: tuple[ModelLimit, ...] = ()
+    """Configured request, token and concurrency limits per model (`CHATQ_MODEL_LIMITS`, `chatq.model_limits`)."""
+    provider_limits: bool = True
+    """Whether provider back-pressure and the shared limits are on (`CHATQ_PROVIDER_LIMITS`, `on`/`off`);
+    off, a 429 or 503 is an ordinary agent failure (retried once) and nothing paces requests."""
+    provider_patience: float = 900.0
+    """Seconds a turn keeps waiting while the model service refuses it before it fails (`CHATQ_PROVIDER_PATIENCE`)."""
 
     def session_model(self, model: str | None) -> str:
         """The model a session runs on here: its own, or `default_model` when it names none (NULL)."""
@@ -270,6 +278,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         log_format=_choice(env, "CHATQ_LOG_FORMAT", ("auto", "json", "text")),
         vision_models=_names(env, "CHATQ_VISION_MODELS"),
         prices=(env.get("CHATQ_PRICES") or "").strip() or None,
+        model_limits=parse_model_limits(env.get("CHATQ_MODEL_LIMITS")),
+        provider_limits=_switch(env, "CHATQ_PROVIDER_LIMITS", default=True),
+        provider_patience=env_float(env, "CHATQ_PROVIDER_PATIENCE", 900.0, minimum=0.0),
     )
     return settings
 
