@@ -207,11 +207,24 @@ def _announce_cancel(turn_id: uuid.UUID) -> None:
     TurnEvents.resume(session_id=session_id, turn_id=turn_id).publish(EventType.CANCELLED, 0)
 
 
-def cancel_turn(turn_id: uuid.UUID | str) -> TurnStatus:
-    """Cancel a queued or running turn; returns the status it has now.
+@dataclass(frozen=True, kw_only=True)
+class Cancellation:
+    """What `cancel_turn` did."""
+
+    turn_id: uuid.UUID
+    """The turn."""
+    status: TurnStatus
+    """Its status now: `cancelled`, or `running` while its worker stops it (within about a second)."""
+    already: bool
+    """True: the turn had been cancelled (or asked to stop) before this call, which changed nothing."""
+
+
+def cancel_turn(turn_id: uuid.UUID | str) -> Cancellation:
+    """Cancel a queued or running turn; says whether this call cancelled it or it already was.
 
     A queued turn ends `cancelled` at once and never runs. A running one is asked to stop: its
-    worker notices within about a second (between chunks), stores nothing of it and ends it.
+    worker notices within about a second, closes the model request it waits on (even one that has
+    sent nothing), stores nothing of the turn and ends it.
     """
     turn_uuid = parse_uuid(str(turn_id), "turn_id")
     with session_scope() as db:
@@ -220,11 +233,13 @@ def cancel_turn(turn_id: uuid.UUID | str) -> TurnStatus:
             raise TurnNotFound(f"turn {turn_uuid} does not exist")
         if row.status.finished:
             if row.status is TurnStatus.CANCELLED:
-                return row.status
+                return Cancellation(turn_id=turn_uuid, status=row.status, already=True)
             raise NotCancellable(f"turn {turn_uuid} has already {row.status.value}")
+        if row.cancel_requested:
+            return Cancellation(turn_id=turn_uuid, status=row.status, already=True)
         status, session_id = claims.request_cancel(db, [turn_uuid])[turn_uuid], row.session_id
     if status is TurnStatus.CANCELLED:
         _announce_cancel(turn_uuid)
         kick_next(session_id)
     log.info("turn %s: cancel requested (%s)", turn_uuid, status.value)
-    return status
+    return Cancellation(turn_id=turn_uuid, status=status, already=False)

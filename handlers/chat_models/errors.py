@@ -14,6 +14,7 @@ from sqlalchemy.exc import DBAPIError
 
 from chatq.errors import ConfigError
 from chatq.settings import mask_secrets
+from handlers.abort import current_abort
 from handlers.errors import AgentInvocationError, TurnTimeout
 
 __all__ = ["TurnTimeout", "invocation_error"]
@@ -32,6 +33,10 @@ def invocation_error(exc: BaseException, *, timeout: float) -> AgentInvocationEr
         return exc
     if isinstance(exc, DBAPIError | ConfigError):
         raise exc
+    signal = current_abort()
+    if signal is not None and signal.aborted:
+        # The worker closed the request on purpose (a cancel, shutdown): it says why, not this.
+        return AgentInvocationError(f"The model request was stopped ({signal.reason}).")
     message = _message(exc, timeout)
     # The detail goes to the log only (masked); a traceback only for failures that are not the
     # model service's, since those point at a bug rather than at the network or the provider.

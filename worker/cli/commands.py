@@ -184,8 +184,11 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     from worker.producer import cancel_turn
 
-    status = cancel_turn(args.turn)
-    if status.value == "cancelled":
+    done = cancel_turn(args.turn)
+    if done.already:
+        cancelled = done.status.value == "cancelled"
+        print(f"turn {args.turn} {'was already cancelled' if cancelled else 'is already stopping (cancel requested)'}")
+    elif done.status.value == "cancelled":
         print(f"turn {args.turn} cancelled")
     else:
         print(f"turn {args.turn} is running; asked it to stop")

@@ -320,7 +320,8 @@ async def cancel_turn(request: Request) -> Response:
     summary: Cancel a turn
     description: >-
       A queued turn ends `cancelled` at once; a running one is asked to stop (status `running` here,
-      then its `cancelled` event within about a second).
+      then its `cancelled` event within about a second, even while the model sends nothing). A turn
+      already cancelled, or already asked to stop, answers `already_cancelled: true` and changes nothing.
     tags: [turns]
     parameters:
       - {$ref: "#/components/parameters/TurnId"}
@@ -339,8 +340,8 @@ async def cancel_turn(request: Request) -> Response:
 
     gateway_of(request).authorize(request)
     turn_id = path_uuid(request, "turn_id", "turn")
-    status = await threaded(cancel, turn_id)
-    return JSONResponse({"turn_id": str(turn_id), "status": status.value})
+    done = await threaded(cancel, turn_id)
+    return JSONResponse({"turn_id": str(turn_id), "status": done.status.value, "already_cancelled": done.already})
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

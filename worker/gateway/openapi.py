@@ -235,6 +235,10 @@ BASE_SCHEMA: dict[str, Any] = {
                 "properties": {
                     "turn_id": {"type": "string", "format": "uuid"},
                     "status": {"type": "string", "description": "cancelled, or running while the worker stops it"},
+                    "already_cancelled": {
+                        "type": "boolean",
+                        "description": "true: the turn was already cancelled (or asked to stop); nothing changed",
+                    },
                 },
             },
         },

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from chatq.settings import get_settings, mask_secrets
+from handlers.abort import abortable
 from handlers.base import AgentMessage, StreamEvent, StreamEventKind, Usage
 from handlers.context import running_turn
 from handlers.errors import AgentInvocationError, HandlerError, UnknownFramework
@@ -254,34 +255,20 @@ def run_handler(
     turn = build_turn_input(
         claim.session, claim.content, images=claim.images, reply_to=claim.reply_to, calls_tools=handler.calls_tools
     )
-    stream: Iterator[StreamEvent] = iter(handler.stream(turn))
-    first = next(stream, None)
     coalescer = TextCoalescer(events, claim.attempt, settings.text_coalesce_ms / 1000.0)
     final: StreamEvent | None = None
-    event = first
-    first_text = True
+    stream: Iterator[StreamEvent] | None = None
     try:
-        while event is not None:
-            check_lease(lease)
-            if event.kind == StreamEventKind.TEXT:
-                if first_text and event.text and started is not None:
-                    first_text = False
-                    get_hooks().first_text(
-                        hooks.FirstText(turn=Facts.of_claim(claim), seconds=time.monotonic() - started)
-                    )
-                coalescer.add(event.text)
-            elif event.kind == StreamEventKind.TOOL and event.tool is not None:
-                coalescer.flush()
-                tool = {key: event.tool.get(key) for key in ("id", "name", "status")}
-                events.publish(EventType.TOOL, claim.attempt, tool=tool)
-                get_hooks().tool(
-                    hooks.ToolCall(
-                        turn=Facts.of_claim(claim), name=tool["name"], call_id=tool["id"], status=tool["status"]
-                    )
-                )
-            elif event.kind == StreamEventKind.FINAL:
-                final = event
-            event = next(stream, None)
+        # Under the lease's abort signal: a cancel, a lost lease or shutdown closes the model
+        # request the handler waits on (handlers/abort.py) instead of waiting for its next chunk.
+        with abortable(lease.abort):
+            stream = iter(handler.stream(turn))
+            final = _relay(claim, events, lease, stream, coalescer, started)
+    except Exception:
+        # An aborted request fails as a connection error: report the cancel (lost lease,
+        # hand-back) it was, not an agent failure.
+        check_lease(lease)
+        raise
     finally:
         coalescer.flush()
         close = getattr(stream, "close", None)
@@ -291,6 +278,36 @@ def run_handler(
         raise AgentInvocationError("the agent stream ended without a final reply")
     check_lease(lease)
     return validate_reply(final.response, final.usage)
+
+
+def _relay(
+    claim: claims.Claim,
+    events: TurnEvents,
+    lease: TurnLease,
+    stream: Iterator[StreamEvent],
+    coalescer: TextCoalescer,
+    started: float | None,
+) -> StreamEvent | None:
+    """Relay the handler's text and tool events; returns its final event (None if it sent none)."""
+    final: StreamEvent | None = None
+    first_text = True
+    for event in stream:
+        check_lease(lease)
+        if event.kind == StreamEventKind.TEXT:
+            if first_text and event.text and started is not None:
+                first_text = False
+                get_hooks().first_text(hooks.FirstText(turn=Facts.of_claim(claim), seconds=time.monotonic() - started))
+            coalescer.add(event.text)
+        elif event.kind == StreamEventKind.TOOL and event.tool is not None:
+            coalescer.flush()
+            tool = {key: event.tool.get(key) for key in ("id", "name", "status")}
+            events.publish(EventType.TOOL, claim.attempt, tool=tool)
+            get_hooks().tool(
+                hooks.ToolCall(turn=Facts.of_claim(claim), name=tool["name"], call_id=tool["id"], status=tool["status"])
+            )
+        elif event.kind == StreamEventKind.FINAL:
+            final = event
+    return final
 
 
 def check_lease(lease: TurnLease) -> None:
