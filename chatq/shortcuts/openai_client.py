@@ -28,7 +28,6 @@ import inspect
 from importlib import metadata
 from typing import Any
 
-import httpx2
 import openai
 from openai.resources.chat import Chat
 from openai.resources.chat.completions import Completions
@@ -141,7 +140,7 @@ class DictChunkOpenAI(openai.OpenAI):
 
 
 def build_client(
-    *, base_url: str | None, api_key: str, timeout: float, max_retries: int, http_client: httpx2.Client | None = None
+    *, base_url: str | None, api_key: str, timeout: float, max_retries: int, http_client: Any = None
 ) -> openai.OpenAI:
     """A client with ChatOpenAI's settings for these arguments (on `http_client` if given, else the
     SDK's own): `DictChunkOpenAI` where the shortcut is taken, else a stock `openai.OpenAI`."""

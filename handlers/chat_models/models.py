@@ -45,12 +45,11 @@ def _echo() -> BaseChatModel:
 @functools.lru_cache(maxsize=32)
 def _openai(model: str, base_url: str | None, api_key: str | None, timeout: float) -> BaseChatModel:
     # Imported here: langchain_openai pulls in openai and httpx, which the echo path never needs.
-    import openai
     from langchain_openai import ChatOpenAI
     from pydantic import SecretStr
 
     from chatq.shortcuts.openai_client import build_client
-    from handlers.abortable_http import abortable_transport
+    from handlers.chat_models.http import model_http_client
 
     key = api_key or NO_KEY_PLACEHOLDER
     # chatq retries a failed invocation itself (one retry, with events); a hidden SDK retry
@@ -59,7 +58,7 @@ def _openai(model: str, base_url: str | None, api_key: str | None, timeout: floa
     # Our SDK client keeps streamed chunks as dicts and posts plain-JSON bodies as they are
     # (chatq/shortcuts/openai_client.py).
     # Its requests stop at once when the turn is cancelled (handlers/abortable_http.py).
-    http_client = openai.DefaultHttpxClient(transport=abortable_transport(), timeout=timeout)
+    http_client = model_http_client(timeout)
     root = build_client(
         base_url=base_url, api_key=key, timeout=timeout, max_retries=max_retries, http_client=http_client
     )

@@ -21,9 +21,9 @@ import openai
 
 from chatq.errors import ConfigError
 from chatq.settings import ECHO_MODEL, get_settings
-from handlers.abortable_http import abortable_transport
 from handlers.base import AgentMessage, BaseAgentHandler, StreamEvent, StreamEventKind, Usage, empty_usage
 from handlers.chat_models.errors import invocation_error  # maps `openai` SDK errors; imports no LangChain
+from handlers.chat_models.http import model_http_client  # imports no LangChain either
 from handlers.context import ToolContext
 from handlers.deadline import Deadline
 from handlers.errors import EMPTY_REPLY, AgentInvocationError, HandlerError
@@ -235,7 +235,7 @@ def _cached_client(base_url: str | None, api_key: str | None, timeout: float) ->
     # One client (and connection pool) per process and configuration. chatq retries a failed
     # invocation itself, with events; a hidden SDK retry would double the wait and break the timeout.
     # Its requests stop at once when the turn is cancelled (handlers/abortable_http.py).
-    http_client = openai.DefaultHttpxClient(transport=abortable_transport(), timeout=timeout)
+    http_client = model_http_client(timeout)
     return openai.OpenAI(
         base_url=base_url,
         api_key=api_key or NO_KEY_PLACEHOLDER,
