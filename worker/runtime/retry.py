@@ -9,6 +9,10 @@ One frozen value built from `Settings` decides all three cases a turn is deliver
 - the session is busy with an earlier turn running elsewhere: checked again when that turn's
   lease would run out, plus a small margin.
 
+It also decides when a webhook delivery that did not get a 2xx is tried again: backing off
+exponentially from `CHATQ_WEBHOOK_BACKOFF` up to 10 minutes, for `CHATQ_WEBHOOK_RETRY_FOR`
+seconds after the delivery was due (about an hour).
+
 Pure: no services, no Celery. `worker.runtime.runner` and `worker.runtime.tasks` ask it; nothing else decides.
 """
 
@@ -26,6 +30,7 @@ class RetryCause(enum.StrEnum):
     AGENT_FAILURE = "agent_failure"
     OUTAGE = "outage"
     BUSY = "busy"
+    WEBHOOK = "webhook"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,11 +61,22 @@ class RetryPolicy:
     """Doublings after which the outage back-off stops growing (1, 2, 4, ... 32 s, capped)."""
     busy_margin: float = 0.5
     """Seconds added to a busy session's wait, so the next look comes after the lease ran out."""
+    webhook_base: float = 5.0
+    """Seconds before a webhook delivery's first retry (`CHATQ_WEBHOOK_BACKOFF`); doubled on each further one."""
+    webhook_cap: float = 600.0
+    """Longest wait between two attempts of a webhook delivery."""
+    webhook_window: float = 3_600.0
+    """Seconds after a delivery was due during which it is retried (`CHATQ_WEBHOOK_RETRY_FOR`)."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RetryPolicy:
         """The policy the worker's configuration describes."""
-        return cls(max_attempts=settings.max_attempts, agent_delay=settings.retry_delay)
+        return cls(
+            max_attempts=settings.max_attempts,
+            agent_delay=settings.retry_delay,
+            webhook_base=settings.webhook_backoff,
+            webhook_window=settings.webhook_retry_for,
+        )
 
     def after_agent_failure(self, attempt: int) -> RetryDecision:
         """After invocation number `attempt` (1-based) raised `AgentInvocationError`."""
@@ -76,6 +92,13 @@ class RetryPolicy:
     def when_busy(self, seconds: float | None) -> RetryDecision:
         """The session's earlier turn runs elsewhere, its lease good for `seconds` more (None: unknown)."""
         return RetryDecision(cause=RetryCause.BUSY, retry=True, delay=max(seconds or 0.0, 0.0) + self.busy_margin)
+
+    def after_webhook_attempt(self, attempts: int, elapsed: float) -> RetryDecision:
+        """After `attempts` attempts of a webhook delivery failed, `elapsed` seconds after it was due."""
+        delay = min(self.webhook_cap, self.webhook_base * 2 ** min(max(attempts - 1, 0), 30))
+        if elapsed + delay > self.webhook_window:
+            return RetryDecision(cause=RetryCause.WEBHOOK, retry=False, delay=0.0)
+        return RetryDecision(cause=RetryCause.WEBHOOK, retry=True, delay=delay)
 
 
 def retry_policy() -> RetryPolicy:
