@@ -95,12 +95,13 @@ def address_problem(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | 
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
     for kind, flag in (
+        # The narrower kinds first: Python counts loopback and link-local addresses as private too.
         ("a loopback address", ip.is_loopback),
-        ("a private address", ip.is_private),
         ("a link-local address", ip.is_link_local),
-        ("a multicast address", ip.is_multicast),
-        ("a reserved address", ip.is_reserved),
         ("an unspecified address", ip.is_unspecified),
+        ("a multicast address", ip.is_multicast),
+        ("a private address", ip.is_private),
+        ("a reserved address", ip.is_reserved),
     ):
         if flag:
             return kind

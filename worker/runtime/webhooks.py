@@ -87,7 +87,7 @@ _RECORD = text(
     """
     UPDATE webhook_deliveries
     SET attempts = attempts + 1, status = :status, last_status_code = :code, last_error = :error,
-        last_attempt_at = now(), delivered_at = CASE WHEN :status = 'delivered' THEN now() END
+        last_attempt_at = now(), delivered_at = CASE WHEN CAST(:status AS varchar) = 'delivered' THEN now() END
     WHERE id = :id AND status = 'pending'
     """
 )
