@@ -10,18 +10,23 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
 from tests.integration.webhooks.conftest import SECRET, STUB_MODEL
+from tests.support.envelopes import encoded, envelope
 from tests.support.receiver import Received, Receiver
 from tests.support.turns import wait_for_status, wait_for_turn, wait_for_turns
 from tests.support.workers import WorkerProcess
+from worker.payload import WEBHOOK_QUEUE
 from worker.producer import cancel_turn, create_session, submit_turn
 from worker.queries import turn_report
+from worker.runtime.deadletter import DEAD_LETTER_KEY
 
 WORKER_ENV = {
     "CHATQ_WEBHOOK_SECRET": SECRET,
@@ -49,8 +54,6 @@ def _verify(received: Received) -> None:
 
 def _delivery(turn_id: uuid.UUID, status: str, *, timeout: float = 30.0) -> dict[str, Any]:
     """The turn's webhook entry once its delivery has `status`."""
-    import time
-
     deadline = time.monotonic() + timeout
     while True:
         webhook = turn_report(turn_id)["webhook"]
@@ -158,3 +161,34 @@ def test_a_receiver_that_does_not_answer_holds_no_turn_and_at_most_one_thread(
         _delivery(turn.turn_id, "delivered")
     assert len(receiver.received("/slow")) == 3
     assert wait_for_turn(first[0].turn_id).status.value == "succeeded"
+
+
+@pytest.mark.timeout(60)
+def test_malformed_items_on_the_webhook_queue_are_set_aside_and_deliveries_go_on(
+    worker: WorkerProcess, receiver: Receiver, allow_private: None, redis_url: str
+) -> None:
+    client = redis.Redis.from_url(redis_url)
+
+    def set_aside() -> list[dict[str, Any]]:
+        entries = [json.loads(raw) for raw in client.lrange(DEAD_LETTER_KEY, 0, -1)]
+        return [entry for entry in entries if entry["queue"] == WEBHOOK_QUEUE]
+
+    before = len(set_aside())
+    delivery = str(uuid.uuid4())
+    task = {"task": "chatq.deliver_webhook"}
+    # Celery's two-element body (the crash-loop shape), a canvas, and bytes that are not JSON.
+    client.lpush(WEBHOOK_QUEUE, encoded(envelope(body=[[], {"delivery_id": delivery}], task_id=delivery, headers=task)))
+    client.lpush(WEBHOOK_QUEUE, encoded(envelope(body=[[], {}, {"chain": "x"}], headers=task)))
+    client.lpush(WEBHOOK_QUEUE, b"\x00 not json")
+    # Well formed, but not what the task takes: refused by the task, nothing changes.
+    client.lpush(WEBHOOK_QUEUE, encoded(envelope({"delivery_id": "not-a-uuid"}, headers=task)))
+    deadline = time.monotonic() + 30
+    while len(set_aside()) < before + 3:
+        assert time.monotonic() < deadline, "the malformed items were not set aside"
+        time.sleep(0.1)
+    assert worker.alive
+    url = receiver.answer("/after")
+    turn = submit_turn(create_session(framework="langgraph", model=STUB_MODEL, webhook=url), "still here [words: 2]")
+    _delivery(turn.turn_id, "delivered")
+    assert "rejected: delivery_id" in worker.log()
+    client.close()
