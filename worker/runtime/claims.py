@@ -84,6 +84,8 @@ class Claim:
     """The user message being answered, for regenerate/edit."""
     queue: str
     """The queue the turn travels on."""
+    has_webhook: bool
+    """Whether the turn (or its session) has a webhook to POST it to when it ends."""
 
     def to_message(self) -> dict[str, Any]:
         """The turn's `chatq.run_turn` message, to send it again."""
@@ -160,6 +162,7 @@ def claim_turn(turn_id: uuid.UUID, *, worker: str, session_id: uuid.UUID | None 
             images=tuple(row["images"]) if row["images"] else None,
             reply_to=row["reply_to"],
             queue=row["queue"],
+            has_webhook=bool(row["has_webhook"]),
         )
         return ClaimResult(status=ClaimStatus.CLAIMED, claim=claim)
     return _claim_slow(turn_id, worker=worker, expected_session=session_id)
@@ -231,6 +234,7 @@ def _claim_slow(turn_id: uuid.UUID, *, worker: str, expected_session: uuid.UUID 
             images=tuple(user.images) if user.images else None,
             reply_to=turn.reply_to,
             queue=turn.queue,
+            has_webhook=turn.webhook_url is not None or session_row.webhook_url is not None,
         )
         return ClaimResult(status=ClaimStatus.CLAIMED, claim=claim)
 

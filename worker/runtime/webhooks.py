@@ -250,13 +250,19 @@ def delivery_slot() -> Iterator[bool]:
 
 
 class WebhookHooks(hooks.TurnHooks):
-    """Schedules the webhook delivery of every turn that ends (one insert, which finds nothing without a webhook)."""
+    """Schedules the webhook delivery of every turn that ends with one (the claim says which have one)."""
 
     def succeeded(self, event: hooks.Succeeded) -> None:
-        schedule_delivery(event.turn.turn_id)
+        self._ended(event.turn)
 
     def failed(self, event: hooks.Failed) -> None:
-        schedule_delivery(event.turn.turn_id)
+        self._ended(event.turn)
 
     def cancelled(self, event: hooks.Cancelled) -> None:
-        schedule_delivery(event.turn.turn_id)
+        self._ended(event.turn)
+
+    @staticmethod
+    def _ended(turn: hooks.Facts) -> None:
+        # None: the delivery ran no attempt (the turn ended at its claim), so ask Postgres.
+        if turn.has_webhook is not False:
+            schedule_delivery(turn.turn_id)
