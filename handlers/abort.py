@@ -59,6 +59,17 @@ class AbortSignal:
     @contextlib.contextmanager
     def on_abort(self, callback: Callable[[], None]) -> Iterator[None]:
         """`callback` is called if the signal is aborted while the block runs (at once if it already was)."""
+        key = self.watch(callback)
+        try:
+            yield
+        finally:
+            self.unwatch(key)
+
+    def watch(self, callback: Callable[[], None]) -> int:
+        """Register `callback` until `unwatch(key)` (called at once if already aborted); returns the key.
+
+        `on_abort` without the context manager, for a hot path (a socket read per streamed chunk).
+        """
         with self._lock:
             key = next(self._ids)
             already = self._reason is not None
@@ -66,11 +77,12 @@ class AbortSignal:
                 self._callbacks[key] = callback
         if already:
             _call(callback)
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._callbacks.pop(key, None)
+        return key
+
+    def unwatch(self, key: int) -> None:
+        """Forget the callback `watch` returned `key` for (no error when it already ran)."""
+        with self._lock:
+            self._callbacks.pop(key, None)
 
 
 def _call(callback: Callable[[], None]) -> None:

@@ -70,13 +70,22 @@ class _AbortableStream(httpcore2.NetworkStream):
         self._inner = inner
         self._lock = threading.Lock()
         self._active: AbortSignal | None = None
+        self._shut = self._shut_if_aborted  # one bound method, not one per read
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         signal = current_abort()
         if signal is None:
             return self._inner.read(max_bytes, timeout)
-        with self._guarded(signal):
+        # Plain try/finally rather than context managers: this runs for every streamed chunk.
+        key = self._guard(signal)
+        try:
             data = self._inner.read(max_bytes, timeout)
+        except httpcore2.NetworkError:
+            if signal.aborted:
+                raise httpcore2.ReadError(f"the request was aborted ({signal.reason})") from None
+            raise
+        finally:
+            self._unguard(signal, key)
         if signal.aborted:
             raise httpcore2.ReadError(f"the request was aborted ({signal.reason})")
         return data
@@ -86,8 +95,15 @@ class _AbortableStream(httpcore2.NetworkStream):
         if signal is None:
             self._inner.write(buffer, timeout)
             return
-        with self._guarded(signal):
+        key = self._guard(signal)
+        try:
             self._inner.write(buffer, timeout)
+        except httpcore2.NetworkError:
+            if signal.aborted:
+                raise httpcore2.WriteError(f"the request was aborted ({signal.reason})") from None
+            raise
+        finally:
+            self._unguard(signal, key)
         if signal.aborted:
             raise httpcore2.WriteError(f"the request was aborted ({signal.reason})")
 
@@ -102,26 +118,21 @@ class _AbortableStream(httpcore2.NetworkStream):
     def get_extra_info(self, info: str) -> typing.Any:
         return self._inner.get_extra_info(info)
 
-    @contextlib.contextmanager
-    def _guarded(self, signal: AbortSignal) -> Iterator[None]:
+    def _guard(self, signal: AbortSignal) -> int:
         with self._lock:
             self._active = signal
-        try:
-            with signal.on_abort(lambda: self._shut(signal)):
-                yield
-        except httpcore2.NetworkError:
-            if signal.aborted:
-                raise httpcore2.ReadError(f"the request was aborted ({signal.reason})") from None
-            raise
-        finally:
-            with self._lock:
-                self._active = None
+        return signal.watch(self._shut)
 
-    def _shut(self, signal: AbortSignal) -> None:
-        # Only while this signal's request is on the socket: a stream back in the pool may
+    def _unguard(self, signal: AbortSignal, key: int) -> None:
+        signal.unwatch(key)
+        with self._lock:
+            self._active = None
+
+    def _shut_if_aborted(self) -> None:
+        # Only while an aborted signal's request is on the socket: a stream back in the pool may
         # already carry another turn's request.
         with self._lock:
-            if self._active is not signal:
+            if self._active is None or not self._active.aborted:
                 return
             sock = self._inner.get_extra_info("socket")
             if sock is not None:
