@@ -36,7 +36,7 @@ from sqlalchemy import text
 from chatq.settings import get_settings, mask_secrets
 from models.db import session_scope
 from models.tables import DeliveryStatus
-from worker.errors import WebhookRefused
+from worker.errors import TurnNotFound, WebhookRefused
 from worker.payload import WEBHOOK_QUEUE
 from worker.runtime import hooks
 from worker.runtime.retry import retry_policy
@@ -161,7 +161,10 @@ def _attempt(delivery_id: uuid.UUID) -> Attempted:
         row = db.execute(_LOAD, {"id": delivery_id}).one_or_none()
     if row is None or row.status != DeliveryStatus.PENDING.value:
         return Attempted(outcome=DeliveryOutcome.DONE)
-    body = (row.body or _fix_body(delivery_id, row.turn_id)).encode("utf-8")
+    try:
+        body = (row.body or _fix_body(delivery_id, row.turn_id)).encode("utf-8")
+    except TurnNotFound:  # its session was deleted in between (the delivery went with it)
+        return Attempted(outcome=DeliveryOutcome.DONE)
     attempt = int(row.attempts) + 1
     host = urlsplit(row.url).hostname or "?"
     started = time.monotonic()
