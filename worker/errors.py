@@ -25,6 +25,7 @@ __all__ = [
     "TurnExists",
     "TurnFailed",
     "TurnNotFound",
+    "WebhookRefused",
 ]
 
 
@@ -34,6 +35,10 @@ class InvalidTurn(ChatqError):
 
 class TurnFailed(ChatqError):
     """The turn failed."""
+
+
+class WebhookRefused(InvalidTurn):
+    """The webhook URL is refused: chatq does not send to it."""
 
 
 class MessageRefused(ChatqError):

@@ -62,8 +62,8 @@ _ERROR_STATUS: dict[type[ChatqError], int] = {
     ServiceUnavailable: 503,
 }
 
-SESSION_FIELDS = frozenset({"framework", "model", "system_prompt", "metadata"})
-TURN_FIELDS = frozenset({"content", "images", "reply_to", "turn_id", "if_busy"})
+SESSION_FIELDS = frozenset({"framework", "model", "system_prompt", "metadata", "webhook"})
+TURN_FIELDS = frozenset({"content", "images", "reply_to", "turn_id", "if_busy", "webhook"})
 
 
 # ----------------------------------------------------------------------------------- endpoints
@@ -204,9 +204,10 @@ async def create_session(request: Request) -> Response:
     if metadata is not None and not isinstance(metadata, dict):
         raise HTTPException(422, f"metadata must be an object or null, got {type(metadata).__name__}")
     model, system_prompt = optional_str(data, "model"), optional_str(data, "system_prompt")
+    webhook = optional_str(data, "webhook")
 
     def run() -> uuid.UUID:
-        return create(framework=framework, model=model, system_prompt=system_prompt, metadata=metadata)
+        return create(framework=framework, model=model, system_prompt=system_prompt, metadata=metadata, webhook=webhook)
 
     session_id = await threaded(run)
     links = {"turns": f"/sessions/{session_id}/turns", "events": f"/sessions/{session_id}/events"}
@@ -272,9 +273,12 @@ async def submit_turn(request: Request) -> Response:
     images, reply_to, turn_id = data.get("images"), data.get("reply_to"), optional_str(data, "turn_id")
     if images is not None and not isinstance(images, list):
         raise HTTPException(422, f"images must be a list of URLs or null, got {type(images).__name__}")
+    webhook = optional_str(data, "webhook")
 
     def run() -> SubmittedTurn:
-        return submit(session_id, content, images=images, reply_to=reply_to, turn_id=turn_id, if_busy=if_busy)
+        return submit(
+            session_id, content, images=images, reply_to=reply_to, turn_id=turn_id, if_busy=if_busy, webhook=webhook
+        )
 
     turn = await threaded(run)
     links = {"turn": f"/turns/{turn.turn_id}", "events": f"/turns/{turn.turn_id}/events"}
@@ -320,7 +324,8 @@ async def cancel_turn(request: Request) -> Response:
     summary: Cancel a turn
     description: >-
       A queued turn ends `cancelled` at once; a running one is asked to stop (status `running` here,
-      then its `cancelled` event within about a second).
+      then its `cancelled` event within about a second, even while the model sends nothing). A turn
+      already cancelled, or already asked to stop, answers `already_cancelled: true` and changes nothing.
     tags: [turns]
     parameters:
       - {$ref: "#/components/parameters/TurnId"}
@@ -339,8 +344,8 @@ async def cancel_turn(request: Request) -> Response:
 
     gateway_of(request).authorize(request)
     turn_id = path_uuid(request, "turn_id", "turn")
-    status = await threaded(cancel, turn_id)
-    return JSONResponse({"turn_id": str(turn_id), "status": status.value})
+    done = await threaded(cancel, turn_id)
+    return JSONResponse({"turn_id": str(turn_id), "status": done.status.value, "already_cancelled": done.already})
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -10,14 +10,15 @@ from chatq.per_process import PerProcess
 from worker.ops.logs import LogHooks
 from worker.ops.metrics import MetricsHooks
 from worker.runtime.hooks import HookRegistry, TurnHooks
+from worker.runtime.webhooks import WebhookHooks
 
 
 def default_hooks() -> list[TurnHooks]:
-    """The hooks every worker runs, in order: Prometheus metrics, then the per-turn log lines.
+    """The hooks every worker runs, in order: Prometheus metrics, the per-turn log lines, webhook deliveries.
 
-    A new observer (a webhook sender, say) is one more `TurnHooks` subclass appended here.
+    A new observer is one more `TurnHooks` subclass appended here.
     """
-    return [MetricsHooks(), LogHooks()]
+    return [MetricsHooks(), LogHooks(), WebhookHooks()]
 
 
 _registry: PerProcess[HookRegistry] = PerProcess(lambda: HookRegistry(default_hooks()))
