@@ -1,0 +1,127 @@
+"""Running the session's handler on a claimed turn: its input prepared, its stream relayed to consumers.
+
+The stream runs under the lease's abort signal, so a cancel, a lost lease or the worker's shutdown
+closes the model request instead of waiting for its next chunk; between chunks `check_lease` turns
+those into the exceptions the runner handles. Text and tool events go to the turn's stream and to
+the lifecycle hooks; a refusal by the model service before any text is back-pressure
+(`ProviderBusy`), after text an ordinary agent failure.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from handlers.abort import abortable
+from handlers.base import AgentMessage, StreamEvent, StreamEventKind, Usage
+from handlers.errors import AgentInvocationError, ProviderBusy
+from worker.errors import HandBack, LeaseLost, TurnCancelled
+from worker.events import EventType, TextCoalescer, TurnEvents
+from worker.runtime import claims, hooks
+from worker.runtime.hooks import Facts
+from worker.runtime.leases import TurnLease, handing_back
+from worker.runtime.process import Runtime, current_runtime
+from worker.runtime.replies import validate_reply
+
+__all__ = ["check_lease", "run_handler"]
+
+
+def run_handler(
+    claim: claims.Claim,
+    events: TurnEvents,
+    lease: TurnLease,
+    *,
+    started: float | None = None,
+    runtime: Runtime | None = None,
+) -> tuple[list[AgentMessage], Usage]:
+    """Prepare the turn's input, stream the session's handler on it, relaying text and tool events."""
+    from handlers import get_agent_handler
+    from handlers.turn_input import build_turn_input
+
+    runtime = runtime or current_runtime()
+    registry = runtime.hooks
+    handler = get_agent_handler(claim.session)
+    turn = build_turn_input(
+        claim.session, claim.content, images=claim.images, reply_to=claim.reply_to, calls_tools=handler.calls_tools
+    )
+    coalescer = TextCoalescer(events, claim.attempt, runtime.settings.text_coalesce_ms / 1000.0)
+    relay = _Relay(claim, events, lease, coalescer, registry, started)
+    stream: Iterator[StreamEvent] | None = None
+    try:
+        # Under the lease's abort signal: a cancel, a lost lease or shutdown closes the model
+        # request the handler waits on (handlers/abort.py) instead of waiting for its next chunk.
+        with abortable(lease.abort):
+            stream = iter(handler.stream(turn))
+            relay.run(stream)
+    except ProviderBusy as exc:
+        check_lease(lease)
+        if relay.streamed:
+            # Text reached consumers: not back-pressure any more, the ordinary retry-once rule applies.
+            raise AgentInvocationError(exc.message) from exc
+        raise
+    except Exception:
+        # An aborted request fails as a connection error: report the cancel (lost lease,
+        # hand-back) it was, not an agent failure.
+        check_lease(lease)
+        raise
+    finally:
+        coalescer.flush()
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
+    final = relay.final
+    if final is None:
+        raise AgentInvocationError("the agent stream ended without a final reply")
+    check_lease(lease)
+    return validate_reply(final.response, final.usage)
+
+
+class _Relay:
+    """Relays the handler's text and tool events to consumers and hooks; keeps its final event."""
+
+    def __init__(
+        self,
+        claim: claims.Claim,
+        events: TurnEvents,
+        lease: TurnLease,
+        coalescer: TextCoalescer,
+        registry: hooks.HookRegistry,
+        started: float | None,
+    ) -> None:
+        self.claim, self.events, self.lease, self.coalescer = claim, events, lease, coalescer
+        self.registry, self.started = registry, started
+        self.final: StreamEvent | None = None
+        self.streamed = False
+        """Whether any text reached consumers (after that, a refusal is no longer back-pressure)."""
+
+    def run(self, stream: Iterator[StreamEvent]) -> None:
+        claim, first_text = self.claim, True
+        for event in stream:
+            check_lease(self.lease)
+            if event.kind == StreamEventKind.TEXT:
+                self.streamed = self.streamed or bool(event.text)
+                if first_text and event.text and self.started is not None:
+                    first_text = False
+                    seconds = time.monotonic() - self.started
+                    self.registry.first_text(hooks.FirstText(turn=Facts.of_claim(claim), seconds=seconds))
+                self.coalescer.add(event.text)
+            elif event.kind == StreamEventKind.TOOL and event.tool is not None:
+                self.coalescer.flush()
+                tool = {key: event.tool.get(key) for key in ("id", "name", "status")}
+                self.events.publish(EventType.TOOL, claim.attempt, tool=tool)
+                call = hooks.ToolCall(
+                    turn=Facts.of_claim(claim), name=tool["name"], call_id=tool["id"], status=tool["status"]
+                )
+                self.registry.tool(call)
+            elif event.kind == StreamEventKind.FINAL:
+                self.final = event
+
+
+def check_lease(lease: TurnLease) -> None:
+    """Stop between chunks if the turn was cancelled, taken over, or the worker is shutting down."""
+    if lease.lost.is_set():
+        raise LeaseLost
+    if lease.cancelled.is_set():
+        raise TurnCancelled
+    if handing_back():
+        raise HandBack
