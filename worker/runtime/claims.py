@@ -265,25 +265,7 @@ def requeue_turn(claim: Claim, *, error: str | None = None, hand_back: bool = Fa
     For a retry the failed invocation counts as an attempt. A hand-back (the worker is shutting
     down) does not: the invocation neither failed nor finished, so its attempt is given back.
     """
-    with connection_scope() as db:
-        done = db.execute(
-            update(Turn)
-            .where(_owned(claim))
-            .values(
-                status=TurnStatus.QUEUED,
-                error=error,
-                lease_token=None,
-                lease_expires_at=None,
-                enqueued_at=func.now(),
-                # A clean hand-back is not a crash: only consecutive crashed deliveries count as poison.
-                deliveries=0,
-                lone_crashes=0,
-                crash_hosts=[],
-                attempts=Turn.attempts - 1 if hand_back else Turn.attempts,
-            )
-            .returning(Turn.id)
-        ).scalar_one_or_none()
-        return done is not None
+    return _back_in_queue(claim, due=func.now(), give_back_attempt=hand_back, error=error)
 
 
 def hold_turn(claim: Claim, *, seconds: float) -> bool:
@@ -293,6 +275,12 @@ def hold_turn(claim: Claim, *, seconds: float) -> bool:
     `enqueued_at` is set to when its delayed message is due, so the sweeper does not take a turn
     sitting out a long Retry-After for one whose message was lost.
     """
+    due = func.now() + timedelta(seconds=max(seconds, 0.0))
+    return _back_in_queue(claim, due=due, give_back_attempt=True)
+
+
+def _back_in_queue(claim: Claim, *, due: Any, give_back_attempt: bool, **values: Any) -> bool:
+    """The one statement of requeue and hold: the owned turn queued again, due at `due`."""
     with connection_scope() as db:
         done = db.execute(
             update(Turn)
@@ -301,11 +289,14 @@ def hold_turn(claim: Claim, *, seconds: float) -> bool:
                 status=TurnStatus.QUEUED,
                 lease_token=None,
                 lease_expires_at=None,
-                enqueued_at=func.now() + timedelta(seconds=max(seconds, 0.0)),
+                enqueued_at=due,
+                # Going back to the queue on purpose is not a crash: only consecutive crashed
+                # deliveries count as poison.
                 deliveries=0,
                 lone_crashes=0,
                 crash_hosts=[],
-                attempts=Turn.attempts - 1,
+                attempts=Turn.attempts - 1 if give_back_attempt else Turn.attempts,
+                **values,
             )
             .returning(Turn.id)
         ).scalar_one_or_none()
