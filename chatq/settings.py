@@ -22,6 +22,16 @@ DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 
 
 @dataclass(frozen=True, kw_only=True)
+class TenantToken:
+    """One entry of `CHATQ_API_TOKENS`: a gateway token that sees only its tenant's sessions."""
+
+    tenant: str
+    """The tenant's name (stored on the sessions its token creates)."""
+    token: str = field(repr=False)
+    """The bearer token; never logged."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Settings:
     """Typed, validated configuration read from the environment."""
 
@@ -82,6 +92,11 @@ class Settings:
     """Prices of models and paid tools: a JSON object, or the path of a file holding one, re-read when it
     changes (`CHATQ_PRICES`; parsed by `handlers.accounting`)."""
 
+    api_tokens: tuple[TenantToken, ...] = field(default=(), repr=False)
+    """Scoped gateway tokens, each of one tenant (`CHATQ_API_TOKENS`, `tenant:token,...`); never logged."""
+    retention_days: float | None = None
+    """Sessions idle longer than this many days are purged by the sweep (`CHATQ_RETENTION_DAYS`; unset: kept)."""
+
     def session_model(self, model: str | None) -> str:
         """The model a session runs on here: its own, or `default_model` when it names none (NULL)."""
         return (model or "").strip() or self.default_model
@@ -124,6 +139,7 @@ _SECRET_IN_URL = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*
 SECRET_VARIABLES = (
     "OPENAI_API_KEY",
     "CHATQ_API_TOKEN",
+    "CHATQ_API_TOKENS",
     "FLOWER_BASIC_AUTH",
     "DATABASE_URL",
     "REDIS_URL",
@@ -140,8 +156,9 @@ def secret_values(env: Mapping[str, str]) -> tuple[str, ...]:
     values: list[str] = []
     for name in ("OPENAI_API_KEY", "CHATQ_API_TOKEN"):
         values.extend(part.strip() for part in (env.get(name) or "").split(","))
-    for entry in (env.get("FLOWER_BASIC_AUTH") or "").split(","):
-        values.append(entry.partition(":")[2].strip())
+    for name in ("FLOWER_BASIC_AUTH", "CHATQ_API_TOKENS"):  # user:password, tenant:token
+        for entry in (env.get(name) or "").split(","):
+            values.append(entry.partition(":")[2].strip())
     for name in ("DATABASE_URL", "REDIS_URL", "OPENAI_BASE_URL"):
         try:
             password = urlsplit((env.get(name) or "").strip()).password
@@ -263,8 +280,55 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         log_format=_choice(env, "CHATQ_LOG_FORMAT", ("auto", "json", "text")),
         vision_models=_names(env, "CHATQ_VISION_MODELS"),
         prices=(env.get("CHATQ_PRICES") or "").strip() or None,
+        api_tokens=parse_tenant_tokens(env.get("CHATQ_API_TOKENS") or ""),
+        retention_days=_optional_float(env, "CHATQ_RETENTION_DAYS", minimum=0.001),
     )
     return settings
+
+
+MIN_TOKEN_CHARS = 16
+"""Shorter gateway tokens are refused: a guessable token is no authentication."""
+
+_TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def parse_tenant_tokens(raw: str, name: str = "CHATQ_API_TOKENS") -> tuple[TenantToken, ...]:
+    """`tenant:token` pairs, comma-separated (a tenant may have several tokens, to rotate them).
+
+    ConfigError naming the entry and the problem, never the token. Tenant names are 1 to 64 of
+    letters, digits, `_`, `.` and `-`; tokens follow CHATQ_API_TOKEN's rules; a token may belong to
+    one tenant only.
+    """
+    entries: list[TenantToken] = []
+    seen: dict[str, str] = {}
+    parts = [part.strip() for part in raw.split(",") if part.strip()]
+    for number, part in enumerate(parts, start=1):
+        tenant, colon, token = part.partition(":")
+        tenant, token = tenant.strip(), token.strip()
+        where = f"entry {number} of {name}"
+        if not colon or not _TENANT_NAME.fullmatch(tenant):
+            raise ConfigError(
+                f"{where} must be tenant:token, the tenant 1-64 letters, digits, '_', '.' or '-' (e.g. acme:<token>)"
+            )
+        if len(token) < MIN_TOKEN_CHARS:
+            raise ConfigError(
+                f"{where}: the token is shorter than {MIN_TOKEN_CHARS} characters; use a long random value"
+            )
+        if not token.isascii() or not token.isprintable() or " " in token:
+            raise ConfigError(f"{where}: the token must be printable ASCII without spaces")
+        if seen.get(token, tenant) != tenant:
+            raise ConfigError(f"{where}: the same token is given to tenants {seen[token]!r} and {tenant!r}")
+        seen[token] = tenant
+        entries.append(TenantToken(tenant=tenant, token=token))
+    return tuple(entries)
+
+
+def _optional_float(env: Mapping[str, str], name: str, *, minimum: float) -> float | None:
+    """A number from the environment, or None when unset."""
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    return env_float(env, name, 0.0, minimum=minimum)
 
 
 def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:

@@ -23,6 +23,7 @@ from models.knowledge import attach_knowledge_bases
 from models.tables import ChatMessage, ChatSession, Turn, TurnStatus
 from worker.errors import InvalidTurn, NotCancellable, SessionBusy, TurnConflict, TurnExists, TurnNotFound
 from worker.events import EventType, TurnEvents
+from worker.history import SessionPage, TurnPage, get_session, list_sessions, list_turns
 from worker.payload import (
     INTERACTIVE_QUEUE,
     QUEUES,
@@ -38,7 +39,29 @@ from worker.payload import (
     validate_system_prompt,
 )
 from worker.runtime import claims, turns
+from worker.runtime.deletion import DeletedSessionReport, delete_session
 from worker.runtime.dispatch import kick_next, send_turn
+from worker.sessions import KEEP, Keep, update_session
+from worker.waiting import wait_for_turn
+
+__all__ = [
+    "KEEP",
+    "DeletedSessionReport",
+    "IfBusy",
+    "Keep",
+    "SessionPage",
+    "SubmittedTurn",
+    "TurnPage",
+    "cancel_turn",
+    "create_session",
+    "delete_session",
+    "get_session",
+    "list_sessions",
+    "list_turns",
+    "submit_turn",
+    "update_session",
+    "wait_for_turn",
+]
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +103,12 @@ def create_session(
     metadata: dict[str, Any] | None = None,
     session_id: uuid.UUID | None = None,
     knowledge_bases: Sequence[str] = (),
+    tenant: str | None = None,
 ) -> uuid.UUID:
     """Create a chat session and return its id; `knowledge_bases` (names) are attached in the same transaction.
+
+    `tenant` (a scoped gateway token's, CHATQ_API_TOKENS) owns the session: reads scoped to
+    another tenant do not find it.
 
     Without `model` the session stores none (NULL): each turn runs on the default model of the
     worker that runs it (the worker's CHATQ_MODEL, or what its OPENAI_API_KEY implies).
@@ -106,6 +133,7 @@ def create_session(
                 model=model,
                 system_prompt=system_prompt,
                 metadata_=stored_metadata,
+                tenant=tenant,
             )
         )
         if knowledge_bases:
@@ -207,15 +235,19 @@ def _announce_cancel(turn_id: uuid.UUID) -> None:
     TurnEvents.resume(session_id=session_id, turn_id=turn_id).publish(EventType.CANCELLED, 0)
 
 
-def cancel_turn(turn_id: uuid.UUID | str) -> TurnStatus:
+def cancel_turn(turn_id: uuid.UUID | str, *, tenant: str | None = None) -> TurnStatus:
     """Cancel a queued or running turn; returns the status it has now.
 
     A queued turn ends `cancelled` at once and never runs. A running one is asked to stop: its
     worker notices within about a second (between chunks), stores nothing of it and ends it.
+    With `tenant`, another tenant's turn is not found.
     """
     turn_uuid = parse_uuid(str(turn_id), "turn_id")
     with session_scope() as db:
-        row = db.execute(select(Turn).where(Turn.id == turn_uuid).with_for_update()).scalar_one_or_none()
+        query = select(Turn).where(Turn.id == turn_uuid)
+        if tenant is not None:
+            query = query.where(Turn.session_id.in_(select(ChatSession.id).where(ChatSession.tenant == tenant)))
+        row = db.execute(query.with_for_update(of=Turn)).scalar_one_or_none()
         if row is None:
             raise TurnNotFound(f"turn {turn_uuid} does not exist")
         if row.status.finished:

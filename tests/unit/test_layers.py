@@ -148,7 +148,19 @@ def test_the_cycle_finder_finds_a_cycle_and_the_graph_sees_lazy_imports() -> Non
 # runtime and ops never reach up into the edges (the CLI, the gateway), and the edges stay apart.
 # worker.app, worker.celery and worker.producer are entry points that wire rooms, so no rule binds them.
 WORKER_SHARED = {
-    f"worker.{name}" for name in ("errors", "payload", "storable", "events", "schema", "queries", "envfile")
+    f"worker.{name}"
+    for name in (
+        "errors",
+        "payload",
+        "storable",
+        "events",
+        "schema",
+        "queries",
+        "envfile",
+        "history",
+        "sessions",
+        "waiting",
+    )
 }
 WORKER_ROOMS = ("runtime", "ops", "cli", "gateway")
 ROOM_MAY_NOT_IMPORT = {

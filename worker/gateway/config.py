@@ -4,7 +4,8 @@ They live here rather than in `chatq.settings` because only `chatq serve` reads 
 
 | variable | default | meaning |
 |---|---|---|
-| `CHATQ_API_TOKEN` | — (required) | bearer token(s) clients must send; comma-separated to rotate |
+| `CHATQ_API_TOKEN` | — (this or the next required) | admin bearer token(s): every session; comma-separated to rotate |
+| `CHATQ_API_TOKENS` | — | scoped tokens `tenant:token,...` (in `chatq.settings`): each sees its tenant's sessions |
 | `CHATQ_API_MAX_BODY_BYTES` | largest valid turn | bigger request bodies are refused with 413 |
 | `CHATQ_SSE_HEARTBEAT` | `15` | seconds between SSE comment lines on an idle stream |
 """
@@ -15,7 +16,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from chatq.settings import Settings, env_float, env_int, get_settings
+from chatq.settings import Settings, TenantToken, env_float, env_int, get_settings
 from worker.errors import ConfigError
 
 TOKEN_ENV = "CHATQ_API_TOKEN"
@@ -46,7 +47,9 @@ class GatewaySettings:
     """Validated gateway configuration."""
 
     tokens: tuple[str, ...] = field(default=(), repr=False)
-    """Accepted bearer tokens (`CHATQ_API_TOKEN`); never logged."""
+    """Accepted admin bearer tokens (`CHATQ_API_TOKEN`): every session; never logged."""
+    tenant_tokens: tuple[TenantToken, ...] = field(default=(), repr=False)
+    """Scoped tokens (`CHATQ_API_TOKENS`): each sees only its tenant's sessions; never logged."""
     max_body_bytes: int = 1_000_000
     """Largest accepted request body (`CHATQ_API_MAX_BODY_BYTES`)."""
     heartbeat: float = 15.0
@@ -74,13 +77,17 @@ def load_gateway_settings(
     env = os.environ if env is None else env
     settings = settings or get_settings()
     tokens = parse_tokens(env.get(TOKEN_ENV) or "")
-    if not tokens and not unauthenticated:
+    tenant_tokens = settings.api_tokens
+    if not tokens and not tenant_tokens and not unauthenticated:
         raise ConfigError(
-            f"set {TOKEN_ENV} to a long random token (e.g. `openssl rand -hex 32`), "
-            "or run `chatq serve --unauthenticated` on a loopback address"
+            f"set {TOKEN_ENV} to a long random token (e.g. `openssl rand -hex 32`) or CHATQ_API_TOKENS to "
+            "tenant:token pairs, or run `chatq serve --unauthenticated` on a loopback address"
         )
+    if set(tokens) & {entry.token for entry in tenant_tokens}:
+        raise ConfigError(f"a token of CHATQ_API_TOKENS is also in {TOKEN_ENV}: give each tenant its own token")
     return GatewaySettings(
         tokens=() if unauthenticated else tokens,
+        tenant_tokens=() if unauthenticated else tenant_tokens,
         max_body_bytes=env_int(env, MAX_BODY_ENV, largest_valid_body(settings), minimum=1024),
         heartbeat=env_float(env, HEARTBEAT_ENV, 15.0, minimum=0.1, maximum=300.0),
         unauthenticated=unauthenticated,

@@ -14,11 +14,14 @@ from worker.runtime.hooks import HookRegistry, TurnHooks
 
 
 def default_hooks() -> list[TurnHooks]:
-    """The hooks every worker runs, in order: Prometheus metrics, then the per-turn log lines.
+    """The hooks every worker runs, in order: Prometheus metrics, the per-turn log lines, then the
+    clean-up after turns whose session was deleted under them.
 
     A new observer (a webhook sender, say) is one more `TurnHooks` subclass appended here.
     """
-    return [MetricsHooks(), LogHooks()]
+    from worker.runtime.deletion import ForgetDeletedTurns
+
+    return [MetricsHooks(), LogHooks(), ForgetDeletedTurns()]
 
 
 _registry: list[HookRegistry] = []
