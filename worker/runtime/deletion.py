@@ -25,6 +25,7 @@ from sqlalchemy import ARRAY, Uuid, bindparam, delete, func, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
+from chatq.settings import mask_secrets
 from models.db import session_scope
 from models.tables import ChatSession, DeletedSession, PaidToolCall, Turn, TurnStatus
 from worker.events import get_redis, turn_stream
@@ -158,7 +159,7 @@ def forget_turns(turn_ids: Sequence[uuid.UUID]) -> None:
             client.unlink(*keys)
         except RedisError as exc:
             # Left behind, they expire by themselves (CHATQ_EVENT_RETENTION, the marker's TTL).
-            log.warning("could not remove the Redis keys of %d deleted turn(s): %s", len(keys) // 2, exc)
+            log.warning("could not remove the Redis keys of %d deleted turn(s): %s", len(keys) // 2, _line(exc))
             return
 
 
@@ -199,6 +200,10 @@ def purge_tombstones(*, limit: int = 1000) -> int:
         return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
+def _line(exc: BaseException) -> str:
+    return (mask_secrets(str(exc)).splitlines() or [type(exc).__name__])[0]
+
+
 class ForgetDeletedTurns(hooks.TurnHooks):
     """A turn deleted while it ran (its session was deleted) leaves no replay stream behind.
 
@@ -215,4 +220,4 @@ class ForgetDeletedTurns(hooks.TurnHooks):
             if not turns.turn_exists(turn_id):
                 forget_turns([turn_id])
         except Exception as exc:  # an observer never breaks a turn
-            log.warning("turn %s: could not check for a deleted turn: %s", turn_id, exc)
+            log.warning("turn %s: could not check for a deleted turn: %s", turn_id, _line(exc))
