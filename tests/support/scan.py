@@ -31,7 +31,7 @@ def tables_mentioning(needles: Iterable[str]) -> dict[str, int]:
         ).scalars()
         for table in list(tables):
             count = db.execute(
-                text(f'SELECT count(*) FROM "{table}" t WHERE t::text LIKE ANY(:patterns)'),  # noqa: S608
+                text(f'SELECT count(*) FROM "{table}" t WHERE t::text LIKE ANY(:patterns)'),
                 {"patterns": patterns},
             ).scalar_one()
             if count:

@@ -82,7 +82,9 @@ def test_a_message_of_a_deleted_session_does_not_bring_it_back(worker: WorkerPro
     delete_session(sid)
     ghost = uuid.uuid4()
     # As a producer that stored nothing would send it (or one left in Redis when the session went).
-    assert send_turn(task_message(turn_id=ghost, session_id=sid, content="ghost", images=None, reply_to=None), queue="chatq")
+    assert send_turn(
+        task_message(turn_id=ghost, session_id=sid, content="ghost", images=None, reply_to=None), queue="chatq"
+    )
     wait_for_drained_queues(redis_url)
     wait_until("the worker drops it", lambda: f"turn {ghost} session {sid}: the session was deleted" in worker.log())
     _nothing_left(redis_url, [str(sid), str(ghost)])
@@ -109,6 +111,6 @@ def test_wait_for_turn_returns_the_stored_turn_when_it_ends(worker: WorkerProces
     with pytest.raises(TurnNotFound):
         wait_for_turn(turn.turn_id, timeout=1, tenant="globex")
     slow = submit_turn(sid, "slow [sleep: 3]")
-    with pytest.raises(WaitTimeout, match="did not end within 0.3 s"):
+    with pytest.raises(WaitTimeout, match=r"did not end within 0\.3 s"):
         wait_for_turn(slow.turn_id, timeout=0.3)
     assert wait_for_turn(slow.turn_id, timeout=60)["status"] == "succeeded"
