@@ -21,13 +21,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-BENCHMARKS = ("io_concurrency", "pipeline_overhead", "stream_latency", "dispatch", "history_scale")
+BENCHMARKS = ("io_concurrency", "pipeline_overhead", "stream_latency", "dispatch", "history_scale", "session_pages")
 TIME_LIMIT = {
     "io_concurrency": 150,
     "pipeline_overhead": 150,
     "stream_latency": 150,
     "dispatch": 120,
     "history_scale": 120,
+    "session_pages": 240,
 }
 
 
