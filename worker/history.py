@@ -22,7 +22,14 @@ from sqlalchemy import Select, and_, func, select, tuple_
 from sqlalchemy.orm import Session
 
 from models.db import session_scope
-from models.tables import ChatMessage, ChatSession, KnowledgeBase, SessionKnowledgeBase, Turn
+from models.tables import (
+    MESSAGE_POSITION_STRIDE,
+    ChatMessage,
+    ChatSession,
+    KnowledgeBase,
+    SessionKnowledgeBase,
+    Turn,
+)
 from worker.errors import InvalidCursor, InvalidTurn, SessionNotFound
 from worker.payload import parse_uuid
 
@@ -240,13 +247,19 @@ def list_turns(
         page = list(reversed(rows[:limit]))
         messages: dict[uuid.UUID, list[dict[str, Any]]] = {turn.id: [] for turn in page}
         if page:
+            # The page's turns hold one range of message positions: one scan of the session's
+            # (session_id, position) index, as long or short as the page, wherever it lies.
             found = db.execute(
                 select(ChatMessage)
-                .where(ChatMessage.session_id == session_uuid, ChatMessage.turn_id.in_(list(messages)))
+                .where(
+                    ChatMessage.session_id == session_uuid,
+                    ChatMessage.position >= page[0].position * MESSAGE_POSITION_STRIDE,
+                    ChatMessage.position < (page[-1].position + 1) * MESSAGE_POSITION_STRIDE,
+                )
                 .order_by(ChatMessage.position)
             ).scalars()
             for message in found:
-                if message.turn_id is not None:
+                if message.turn_id in messages:
                     messages[message.turn_id].append(message_dict(message))
         turns = [turn_dict(turn, messages[turn.id]) for turn in page]
         next_cursor = _encode("t", str(page[0].position)) if len(rows) > limit and page else None
