@@ -1,14 +1,13 @@
 """The engine and session factory, built lazily once per process.
 
-Nothing connects at import time. After a fork (Celery prefork, a test that spawns) the child
-builds its own engine instead of sharing the parent's sockets, as SQLAlchemy's pooling guide asks.
+Nothing connects at import time. Both engines are `chatq.per_process` values: after a fork (Celery
+prefork, a test that spawns) the child builds its own instead of sharing the parent's sockets, as
+SQLAlchemy's pooling guide asks.
 """
 
 from __future__ import annotations
 
-import os
 import select
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,10 +18,8 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
+from chatq.per_process import PerProcess
 from chatq.settings import get_settings, mask_secrets
-
-_lock = threading.Lock()
-_state: dict[str, object] = {}
 
 PING_AFTER_IDLE = 0.5
 """Seconds a pooled connection may sit unused before it is pinged at checkout (HikariCP's
@@ -63,46 +60,41 @@ def _make_checkout_check(engine: Engine) -> Any:
     return check
 
 
+def _build_pooled() -> tuple[Engine, sessionmaker[Session]]:
+    settings = get_settings()
+    engine = create_engine(
+        settings.database_url,
+        # Postgres restarts must not fail turns: pooled connections are tested before use
+        # (the checkout listener below, a cheaper pool_pre_ping).
+        pool_size=min(settings.worker_concurrency, 20),
+        max_overflow=settings.worker_concurrency + 10,
+        pool_timeout=30,
+        pool_recycle=1800,
+        # Errors can travel to logs and Flower; they must never carry users' messages.
+        hide_parameters=True,
+        connect_args={"connect_timeout": 5, "application_name": "chatq"},
+    )
+    event.listen(engine.pool, "checkin", _mark_idle)
+    event.listen(engine.pool, "checkout", _make_checkout_check(engine))
+    return engine, sessionmaker(engine, expire_on_commit=False)
+
+
+_pooled: PerProcess[tuple[Engine, sessionmaker[Session]]] = PerProcess(
+    _build_pooled,
+    close=lambda pooled: pooled[0].dispose(),
+    # Inherited from the parent: drop its pooled connections without closing them under it.
+    inherited=lambda pooled: pooled[0].dispose(close=False),
+)
+
+
 def get_engine() -> Engine:
     """The process's engine for `DATABASE_URL`, created on first use."""
-    pid = os.getpid()
-    engine = _state.get("engine")
-    if engine is not None and _state.get("pid") == pid:
-        assert isinstance(engine, Engine)
-        return engine
-    with _lock:
-        engine = _state.get("engine")
-        if engine is not None and _state.get("pid") == pid:
-            assert isinstance(engine, Engine)
-            return engine
-        if isinstance(engine, Engine):
-            # Inherited from the parent: drop its pooled connections without closing them under it.
-            engine.dispose(close=False)
-        settings = get_settings()
-        engine = create_engine(
-            settings.database_url,
-            # Postgres restarts must not fail turns: pooled connections are tested before use
-            # (the checkout listener below, a cheaper pool_pre_ping).
-            pool_size=min(settings.worker_concurrency, 20),
-            max_overflow=settings.worker_concurrency + 10,
-            pool_timeout=30,
-            pool_recycle=1800,
-            # Errors can travel to logs and Flower; they must never carry users' messages.
-            hide_parameters=True,
-            connect_args={"connect_timeout": 5, "application_name": "chatq"},
-        )
-        event.listen(engine.pool, "checkin", _mark_idle)
-        event.listen(engine.pool, "checkout", _make_checkout_check(engine))
-        _state.update(engine=engine, pid=pid, factory=sessionmaker(engine, expire_on_commit=False))
-        return engine
+    return _pooled.get()[0]
 
 
 def get_sessionmaker() -> sessionmaker[Session]:
     """The session factory bound to this process's engine."""
-    get_engine()
-    factory = _state["factory"]
-    assert isinstance(factory, sessionmaker)
-    return factory
+    return _pooled.get()[1]
 
 
 @contextmanager
@@ -131,20 +123,15 @@ def autocommit_scope() -> Iterator[Connection]:
         yield connection.execution_options(isolation_level="AUTOCOMMIT")
 
 
-def _unpooled_engine() -> Engine:
-    pid = os.getpid()
-    with _lock:
-        engine = _state.get("unpooled")
-        if isinstance(engine, Engine) and _state.get("unpooled_pid") == pid:
-            return engine
-        engine = create_engine(
-            get_settings().database_url,
-            poolclass=NullPool,
-            hide_parameters=True,
-            connect_args={"connect_timeout": 5, "application_name": "chatq"},
-        )
-        _state.update(unpooled=engine, unpooled_pid=pid)
-        return engine
+_unpooled: PerProcess[Engine] = PerProcess(
+    lambda: create_engine(
+        get_settings().database_url,
+        poolclass=NullPool,
+        hide_parameters=True,
+        connect_args={"connect_timeout": 5, "application_name": "chatq"},
+    ),
+    close=lambda engine: engine.dispose(),
+)
 
 
 @contextmanager
@@ -155,17 +142,11 @@ def unpooled_connection() -> Iterator[Connection]:
     with the process, however it dies), and every session-level lock it took goes with it. A pooled
     connection would carry such a lock on to whoever checks it out next.
     """
-    with _unpooled_engine().connect() as connection:
+    with _unpooled.get().connect() as connection:
         yield connection.execution_options(isolation_level="AUTOCOMMIT")
 
 
 def dispose_engine() -> None:
     """Close the pool (tests that switch databases, and shutdown)."""
-    with _lock:
-        engine = _state.pop("engine", None)
-        _state.pop("factory", None)
-        _state.pop("pid", None)
-        _state.pop("unpooled", None)
-        _state.pop("unpooled_pid", None)
-    if isinstance(engine, Engine):
-        engine.dispose()
+    _pooled.reset()
+    _unpooled.reset()

@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
-from chatq.settings import mask_url
+from chatq.settings import PLACEHOLDER_PREFIX, mask_url
 from worker.errors import ConfigError
 
 ENV_FILES = (Path(".env"), Path(".local") / "services.env")
@@ -31,9 +31,6 @@ ENV_FILES = (Path(".env"), Path(".local") / "services.env")
 
 ENV_FILES_VARIABLE = "CHATQ_ENV_FILES"
 """Overrides ENV_FILES: comma-separated paths (relative to the current directory); empty reads none."""
-
-PLACEHOLDER_PREFIX = "change-me"
-"""How every secret in `.env.example` starts: a value that must be replaced before use."""
 
 _LINE = re.compile(r"^\s*(?:export\s+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*(?P<value>.*?)\s*$")
 _DOUBLE_QUOTED = re.compile(r'^"(?P<body>(?:[^"\\]|\\.)*)"\s*(?:#.*)?$')

@@ -11,7 +11,6 @@ import enum
 import hashlib
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -21,6 +20,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from chatq.per_process import PerProcess
 from chatq.settings import get_settings, mask_secrets
 from chatq.shortcuts.redis_resp import roundtrip
 
@@ -55,10 +55,6 @@ def turn_stream(turn_id: object) -> str:
     return f"chatq:events:{turn_id}"
 
 
-_clients: dict[str, Any] = {}
-_clients_lock = threading.Lock()
-
-
 def make_redis(url: str) -> redis.Redis:
     """A Redis client with chatq's policy: short timeouts and a brief retry.
 
@@ -75,27 +71,17 @@ def make_redis(url: str) -> redis.Redis:
     )
 
 
+_redis: PerProcess[redis.Redis] = PerProcess(lambda: make_redis(get_settings().redis_url), close=redis.Redis.close)
+
+
 def get_redis() -> redis.Redis:
     """The process's Redis client for `REDIS_URL` (one connection pool per process)."""
-    key = f"{os.getpid()}"
-    client = _clients.get(key)
-    if client is None:
-        with _clients_lock:
-            client = _clients.get(key)
-            if client is None:
-                client = make_redis(get_settings().redis_url)
-                _clients.clear()
-                _clients[key] = client
-    assert isinstance(client, redis.Redis)
-    return client
+    return _redis.get()
 
 
 def reset_redis() -> None:
     """Drop the cached client (tests that switch Redis databases)."""
-    with _clients_lock:
-        for client in _clients.values():
-            client.close()
-        _clients.clear()
+    _redis.reset()
 
 
 def last_seq(client: redis.Redis, turn_id: object) -> int:
@@ -381,13 +367,8 @@ class _Flusher:
                 self._pending.difference_update(done)
 
 
-_flushers: dict[int, _Flusher] = {}
+_flushers: PerProcess[_Flusher] = PerProcess(_Flusher)
 
 
 def _flusher() -> _Flusher:
-    pid = os.getpid()
-    with _clients_lock:
-        if pid not in _flushers:
-            _flushers.clear()
-            _flushers[pid] = _Flusher()
-        return _flushers[pid]
+    return _flushers.get()

@@ -4,8 +4,10 @@
 - `redis_resp`: stream-event commands packed once and sent on a pooled redis-py connection.
 - `openai_client`: an openai SDK client that keeps streamed chunks as dicts and posts plain-JSON
   bodies as they are.
+- `celery_events`: a fix, not a speed-up: Celery 5.5/5.6's task-event dispatcher without the race
+  that drops events appended while it flushes (Flower showed finished turns as STARTED).
 
-Each was measured against the library's public API (BENCHMARKS.md, "Shortcuts through other
+Each speed-up was measured against the library's public API (BENCHMARKS.md, "Shortcuts through other
 libraries") and is taken only on the library versions it was written against and while the
 private parts it uses exist; otherwise its module uses the public API and logs that once at INFO.
 Each module's `ENABLED` switch selects the public API as well (benchmarks and tests compare both).

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Mapping
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 
 
-def refuse_placeholder_token(env: Mapping[str, str]) -> None:
+def refuse_placeholder_token(env: Mapping[str, str] | None = None) -> None:
     """ConfigError if CHATQ_API_TOKEN still holds the `change-me-...` value `.env.example` ships:
     that token is public, so a gateway accepting it would be open to anyone who read the example."""
-    from worker.envfile import is_placeholder
+    from chatq.settings import placeholder_api_token
     from worker.errors import ConfigError
     from worker.gateway.config import TOKEN_ENV
 
-    if any(is_placeholder(token) for token in (env.get(TOKEN_ENV) or "").split(",")):
+    if placeholder_api_token(env):
         raise ConfigError(
             f"{TOKEN_ENV} still holds the placeholder from .env.example; "
             "set a long random token (e.g. `openssl rand -hex 32`)"
@@ -58,7 +57,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from worker.gateway.server import serve
     from worker.schema import require_schema
 
-    refuse_placeholder_token(os.environ)
+    refuse_placeholder_token()
     require_schema()
     return serve(
         host=args.host,

@@ -9,29 +9,29 @@ A finished turn never changes again: every statement here matches only unfinishe
 A claim takes a `queued` turn (or a `running` one whose lease expired) only when it is the turn its
 session runs next (`worker.runtime.turns.runs_next_sql`), under the session row lock; ending a turn
 requires the claim's `lease_token`, so a worker that lost its lease (a zombie) cannot write a
-second reply. The statements themselves are in `worker.runtime.transition_sql`.
+second reply. The statements themselves are in `worker.runtime.transition_sql`, the values the
+transitions return in `worker.runtime.claim_values`.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, cast
 
 from sqlalchemy import Connection, Table, and_, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from chatq.settings import get_settings
+from chatq.settings import Settings, get_settings
 from handlers.base import AgentMessage, SessionInfo, Usage
 from models.db import autocommit_scope, connection_scope, session_scope
 from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, Turn, TurnStatus
 from worker.errors import InvalidTurn, SessionNotFound, TurnExists
-from worker.payload import TurnRequest, session_conflict, task_message
+from worker.payload import TurnRequest, session_conflict
 from worker.runtime import transition_sql as sql
+from worker.runtime.claim_values import Claim, ClaimResult, ClaimStatus, Finished
 from worker.runtime.leases import renewal_interval
 from worker.runtime.turns import (
     NextTurn,
@@ -44,81 +44,37 @@ from worker.runtime.turns import (
     session_info,
 )
 
+__all__ = [
+    "Claim",
+    "ClaimResult",
+    "ClaimStatus",
+    "Finished",
+    "claim_turn",
+    "complete_turn",
+    "ensure_turn",
+    "finish_turn",
+    "insert_queued_turns",
+    "insert_turn",
+    "record_stops",
+    "request_cancel",
+    "requeue_turn",
+    "take_over",
+]
+"""The transitions, and the values they return (`worker.runtime.claim_values`)."""
+
 log = logging.getLogger(__name__)
 
 
-class ClaimStatus(enum.StrEnum):
-    """What a claim attempt found."""
-
-    CLAIMED = "claimed"
-    NOT_FOUND = "not_found"
-    FINISHED = "finished"
-    BUSY = "busy"
-    BLOCKED = "blocked"
-    POISONED = "poisoned"
-    CANCELLED = "cancelled"
-    CONFLICT = "conflict"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Claim:
-    """A turn this worker now runs, with everything the run needs."""
-
-    turn_id: uuid.UUID
-    """The turn (= task id)."""
-    session: SessionInfo
-    """The session, detached from the database."""
-    position: int
-    """The turn's position in its session."""
-    attempt: int
-    """The handler invocation this claim starts (1 for the first)."""
-    deliveries: int
-    """How many times the turn has been claimed, this one included."""
-    lease_token: uuid.UUID
-    """Proof of ownership; finishing writes require it."""
-    content: str
-    """The user's message."""
-    images: tuple[str, ...] | None
-    """Images attached to the user's message."""
-    reply_to: int | None
-    """The user message being answered, for regenerate/edit."""
-    queue: str
-    """The queue the turn travels on."""
-
-    def to_message(self) -> dict[str, Any]:
-        """The turn's `chatq.run_turn` message, to send it again."""
-        return task_message(
-            turn_id=self.turn_id,
-            session_id=self.session.id,
-            content=self.content,
-            images=self.images,
-            reply_to=self.reply_to,
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class ClaimResult:
-    """The outcome of `claim_turn`."""
-
-    status: ClaimStatus
-    """What the claim found."""
-    claim: Claim | None = None
-    """Set when `status` is CLAIMED."""
-    retry_after: float | None = None
-    """For BUSY: seconds until the current lease runs out."""
-    error: str | None = None
-    """For POISONED: the error stored on the turn; for CONFLICT: what conflicts."""
-    attempt: int = 0
-    """For POISONED and CANCELLED: the turn's attempts so far."""
-
-
-def claim_turn(turn_id: uuid.UUID, *, worker: str, session_id: uuid.UUID | None = None) -> ClaimResult:
+def claim_turn(
+    turn_id: uuid.UUID, *, worker: str, session_id: uuid.UUID | None = None, settings: Settings | None = None
+) -> ClaimResult:
     """Take a turn for running, if it is this turn's go. See the module docstring.
 
     With `session_id` (the session a message names), a turn stored in another session is not
-    claimed: the result is CONFLICT and the turn is left as it is.
+    claimed: the result is CONFLICT and the turn is left as it is. `settings` (the runtime's; the
+    process's by default) give the lease length and the poison limit.
     """
-    settings = get_settings()
+    settings = settings or get_settings()
     token = uuid.uuid4()
     # One statement: atomic on its own, so no transaction around it. Its commit is asynchronous
     # (`synchronous_commit = off` for this statement only): a claim lost to a Postgres crash only
@@ -162,13 +118,15 @@ def claim_turn(turn_id: uuid.UUID, *, worker: str, session_id: uuid.UUID | None 
             queue=row["queue"],
         )
         return ClaimResult(status=ClaimStatus.CLAIMED, claim=claim)
-    return _claim_slow(turn_id, worker=worker, expected_session=session_id)
+    return _claim_slow(turn_id, worker=worker, expected_session=session_id, settings=settings)
 
 
-def _claim_slow(turn_id: uuid.UUID, *, worker: str, expected_session: uuid.UUID | None = None) -> ClaimResult:
+def _claim_slow(
+    turn_id: uuid.UUID, *, worker: str, expected_session: uuid.UUID | None = None, settings: Settings | None = None
+) -> ClaimResult:
     """The claim with every case spelled out (see `worker.runtime.transition_sql.FAST_CLAIM`): the
     cases it hands over."""
-    settings = get_settings()
+    settings = settings or get_settings()
     with session_scope() as db:
         session_id = db.execute(select(Turn.session_id).where(Turn.id == turn_id)).scalar_one_or_none()
         if session_id is None:
@@ -237,16 +195,6 @@ def _claim_slow(turn_id: uuid.UUID, *, worker: str, expected_session: uuid.UUID 
 
 def _owned(claim: Claim) -> Any:
     return and_(Turn.id == claim.turn_id, Turn.status == TurnStatus.RUNNING, Turn.lease_token == claim.lease_token)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Finished:
-    """The outcome of ending an owned turn."""
-
-    stored: bool
-    """False when the lease was lost: nothing was written."""
-    next_turn: NextTurn | None = None
-    """The session's next queued turn, to send now (found in the same transaction)."""
 
 
 def complete_turn(claim: Claim, messages: Sequence[AgentMessage], usage: Usage) -> Finished:

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,17 +52,11 @@ def set_aside(client: Any, *, queue: str, raw: bytes | str, reason: str) -> None
         log.warning("could not record a refused item in %s: %s", DEAD_LETTER_KEY, mask_secrets(str(exc)))
 
 
-_notifier: ThreadPoolExecutor | None = None
-_notifier_lock = threading.Lock()
-
-
 def notify_refused(turn_id: uuid.UUID, session_id: uuid.UUID, reason: str) -> None:
     """Publish the refused turn's `error` event off the consumer thread (it may touch Postgres)."""
-    global _notifier
-    with _notifier_lock:
-        if _notifier is None:
-            _notifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chatq-refusals")
-    _notifier.submit(_notify, turn_id, session_id, reason)
+    from worker.runtime.process import current_runtime
+
+    current_runtime().notifier.submit(_notify, turn_id, session_id, reason)
 
 
 def _notify(turn_id: uuid.UUID, session_id: uuid.UUID, reason: str) -> None:

@@ -9,7 +9,6 @@ at the cost of one query per second per worker process, however many turns it ru
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from datetime import timedelta
 
 from sqlalchemy import func, update
 
+from chatq.per_process import PerProcess
 from chatq.settings import get_settings, mask_secrets
 from models.db import session_scope
 from models.tables import Turn, TurnStatus
@@ -54,7 +54,6 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
 
     def register(self, turn_id: uuid.UUID, token: uuid.UUID) -> TurnLease:
         """Start renewing a claimed turn's lease."""
@@ -104,17 +103,12 @@ class LeaseKeeper:
                 lease.cancelled.set()
 
 
-_keeper: LeaseKeeper | None = None
-_keeper_lock = threading.Lock()
+_keeper: PerProcess[LeaseKeeper] = PerProcess(LeaseKeeper)
 
 
 def get_lease_keeper() -> LeaseKeeper:
-    """This process's lease keeper (a fresh one after fork)."""
-    global _keeper
-    with _keeper_lock:
-        if _keeper is None or _keeper._pid != os.getpid():
-            _keeper = LeaseKeeper()
-        return _keeper
+    """This process's lease keeper (a fresh one after fork: the renewal thread stays in the parent)."""
+    return _keeper.get()
 
 
 _hand_back = threading.Event()

@@ -6,8 +6,7 @@ build on its base class without an import cycle.
 
 from __future__ import annotations
 
-import threading
-
+from chatq.per_process import PerProcess
 from worker.ops.logs import LogHooks
 from worker.ops.metrics import MetricsHooks
 from worker.runtime.hooks import HookRegistry, TurnHooks
@@ -24,14 +23,9 @@ def default_hooks() -> list[TurnHooks]:
     return [MetricsHooks(), LogHooks(), ForgetDeletedTurns()]
 
 
-_registry: list[HookRegistry] = []
-_registry_lock = threading.Lock()
+_registry: PerProcess[HookRegistry] = PerProcess(lambda: HookRegistry(default_hooks()))
 
 
 def get_hooks() -> HookRegistry:
     """The process's registry, built from `default_hooks()` on first use."""
-    if not _registry:
-        with _registry_lock:
-            if not _registry:
-                _registry.append(HookRegistry(default_hooks()))
-    return _registry[0]
+    return _registry.get()

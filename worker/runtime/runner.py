@@ -9,16 +9,14 @@ point of its lifecycle, and whether and when a delivery is tried again is `worke
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import enum
 import logging
-import math
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from chatq.settings import get_settings, mask_secrets
+from chatq.settings import mask_secrets
 from handlers.base import AgentMessage, StreamEvent, StreamEventKind, Usage
 from handlers.context import running_turn
 from handlers.errors import AgentInvocationError, HandlerError, UnknownFramework
@@ -30,10 +28,11 @@ from worker.payload import TurnRequest
 from worker.runtime import claims, hooks, turns
 from worker.runtime.dispatch import kick_next, send_next, send_turn
 from worker.runtime.hooks import Facts
-from worker.runtime.leases import TurnLease, get_lease_keeper, handing_back
-from worker.runtime.observers import get_hooks
-from worker.runtime.retry import RetryDecision, retry_policy
-from worker.storable import INTEGER_MAX, clean_json, clean_text, is_outage, is_refusal, refusal_message
+from worker.runtime.leases import TurnLease, handing_back
+from worker.runtime.process import Runtime, current_runtime
+from worker.runtime.replies import validate_reply
+from worker.runtime.retry import RetryDecision
+from worker.storable import clean_text, is_outage, is_refusal, refusal_message
 
 log = logging.getLogger(__name__)
 
@@ -65,34 +64,38 @@ class Result:
     """For FAILED: why, as the turn stored or the rejection said it."""
 
 
-def execute_turn(request: TurnRequest, *, queue: str, worker: str) -> Result:
+def execute_turn(request: TurnRequest, *, queue: str, worker: str, runtime: Runtime | None = None) -> Result:
     """Run one delivery of a turn end to end; outages (`worker.storable.is_outage`) propagate to the caller.
 
     Data Postgres refuses is never an outage: a claimed turn fails at once (`_run_claimed`), and a
     message refused before its claim is rejected here, with nothing stored.
     """
+    runtime = runtime or current_runtime()
     with turn_context(turn_id=request.turn_id, session_id=request.session_id):
         try:
-            return _execute(request, queue=queue, worker=worker)
+            return _execute(request, queue=queue, worker=worker, runtime=runtime)
         except Exception as exc:
             if not is_refusal(exc):
                 raise
             error = refusal_message(exc, "the turn")
-            reject(request.turn_id, request.session_id, error)
+            reject(request.turn_id, request.session_id, error, runtime=runtime)
             return Result(outcome=Outcome.FAILED, error=error)
 
 
-def _execute(request: TurnRequest, *, queue: str, worker: str) -> Result:
+def _execute(request: TurnRequest, *, queue: str, worker: str, runtime: Runtime) -> Result:
+    registry = runtime.hooks
     # The message's sent-marker was dropped on receipt (worker.ops.signals), before the pool ran this.
-    get_hooks().before_claim(
+    registry.before_claim(
         hooks.Claiming(turn_id=request.turn_id, session_id=request.session_id, queue=queue, worker=worker)
     )
     if handing_back():
         # A message taken just as the worker began shutting down: pass it on untouched.
         send_turn(request.to_message(), queue=queue)
-        get_hooks().handed_back(hooks.HandedBack(turn=Facts.of_request(request), running=False))
+        registry.handed_back(hooks.HandedBack(turn=Facts.of_request(request), running=False))
         return Result(outcome=Outcome.HANDED_BACK)
-    claimed = claims.claim_turn(request.turn_id, worker=worker, session_id=request.session_id)
+    claimed = claims.claim_turn(
+        request.turn_id, worker=worker, session_id=request.session_id, settings=runtime.settings
+    )
     if claimed.status is claims.ClaimStatus.NOT_FOUND:
         try:
             claims.ensure_turn(request, queue=queue)
@@ -103,66 +106,73 @@ def _execute(request: TurnRequest, *, queue: str, worker: str) -> Result:
             )
             return Result(outcome=Outcome.SKIPPED)
         except InvalidTurn as exc:
-            reject(request.turn_id, request.session_id, exc.message)
+            reject(request.turn_id, request.session_id, exc.message, runtime=runtime)
             return Result(outcome=Outcome.FAILED, error=exc.message)
-        claimed = claims.claim_turn(request.turn_id, worker=worker, session_id=request.session_id)
+        claimed = claims.claim_turn(
+            request.turn_id, worker=worker, session_id=request.session_id, settings=runtime.settings
+        )
     status = claimed.status
     if status is claims.ClaimStatus.CONFLICT:
         # The turn belongs to another session: its own messages and events go on untouched, so
         # this message is refused with a log line only (its replay stream is the other turn's).
-        get_hooks().rejected(
+        registry.rejected(
             hooks.Rejected(turn_id=request.turn_id, session_id=request.session_id, error=claimed.error or "")
         )
         return Result(outcome=Outcome.FAILED, error=claimed.error)
     if status is claims.ClaimStatus.BUSY:
-        decision = retry_policy().when_busy(claimed.retry_after)
-        get_hooks().retried(hooks.Retried(turn=Facts.of_request(request), cause=decision.cause, delay=decision.delay))
+        decision = runtime.retry.when_busy(claimed.retry_after)
+        registry.retried(hooks.Retried(turn=Facts.of_request(request), cause=decision.cause, delay=decision.delay))
         return Result(outcome=Outcome.BUSY, retry_after=decision.delay)
     if status in (claims.ClaimStatus.POISONED, claims.ClaimStatus.CANCELLED):
         events = TurnEvents.resume(session_id=request.session_id, turn_id=request.turn_id)
         facts = Facts.of_request(request, attempt=claimed.attempt)
         if status is claims.ClaimStatus.POISONED:
             events.publish(EventType.ERROR, claimed.attempt, error=claimed.error)
-            get_hooks().failed(hooks.Failed(turn=facts, error=claimed.error or "", at_claim=True))
+            registry.failed(hooks.Failed(turn=facts, error=claimed.error or "", at_claim=True))
             kick_next(request.session_id)
             return Result(outcome=Outcome.FAILED, attempt=claimed.attempt, error=claimed.error)
         events.publish(EventType.CANCELLED, claimed.attempt)
-        get_hooks().cancelled(hooks.Cancelled(turn=facts, at_claim=True))
+        registry.cancelled(hooks.Cancelled(turn=facts, at_claim=True))
         kick_next(request.session_id)
         return Result(outcome=Outcome.CANCELLED)
     if claimed.claim is None:
         log.debug("turn %s: nothing to claim (%s)", request.turn_id, status.value)
         return Result(outcome=Outcome.SKIPPED)
-    return run_claimed(claimed.claim)
+    return run_claimed(claimed.claim, runtime=runtime)
 
 
-def run_claimed(claim: claims.Claim) -> Result:
+def run_claimed(claim: claims.Claim, *, runtime: Runtime | None = None) -> Result:
     """Run the handler for a claimed turn and record how it ended (`started` ... `ended` hooks)."""
+    runtime = runtime or current_runtime()
     set_attempt(claim.attempt)
     started = time.monotonic()
     facts = Facts.of_claim(claim)
-    registry = get_hooks()
+    registry = runtime.hooks
     registry.started(hooks.Started(turn=facts, deliveries=claim.deliveries))
     outcome, error = "raised", None
     try:
-        result = _run_claimed(claim, started)
+        result = _run_claimed(claim, started, runtime)
         outcome, error = result.outcome.value, result.error
         return result
     finally:
         registry.ended(hooks.Ended(turn=facts, outcome=outcome, seconds=time.monotonic() - started, error=error))
 
 
-def retry_after_outage(request: TurnRequest, exc: BaseException, retries: int) -> RetryDecision:
+def retry_after_outage(
+    request: TurnRequest, exc: BaseException, retries: int, *, runtime: Runtime | None = None
+) -> RetryDecision:
     """The policy's answer to an outage (`worker.storable.is_outage`) in the `retries`-th re-delivery."""
-    decision = retry_policy().after_outage(retries)
+    runtime = runtime or current_runtime()
+    decision = runtime.retry.after_outage(retries)
     error = mask_secrets(str(exc)).splitlines()[0] if str(exc) else type(exc).__name__
-    get_hooks().retried(
+    runtime.hooks.retried(
         hooks.Retried(turn=Facts.of_request(request), cause=decision.cause, delay=decision.delay, error=error)
     )
     return decision
 
 
-def _run_claimed(claim: claims.Claim, started: float) -> Result:
+def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Result:
+    registry = runtime.hooks
     if claim.deliveries > 1:
         events = TurnEvents.resume(session_id=claim.session.id, turn_id=claim.turn_id)
         # The previous delivery ended without a clean hand-back (its worker died or lost its
@@ -175,28 +185,28 @@ def _run_claimed(claim: claims.Claim, started: float) -> Result:
         events = TurnEvents.resume_with(
             EventType.STARTED, claim.attempt, session_id=claim.session.id, turn_id=claim.turn_id
         )
-    keeper = get_lease_keeper()
+    keeper = runtime.leases
     lease = keeper.register(claim.turn_id, claim.lease_token)
     try:
         with running_turn(claim.turn_id, claim.attempt):
-            messages, usage = run_handler(claim, events, lease, started=started)
+            messages, usage = run_handler(claim, events, lease, started=started, runtime=runtime)
     except TurnCancelled:
         ended = claims.finish_turn(claim, TurnStatus.CANCELLED)
         if ended.stored:
             events.publish(EventType.CANCELLED, claim.attempt)
-            get_hooks().cancelled(hooks.Cancelled(turn=Facts.of_claim(claim)))
+            registry.cancelled(hooks.Cancelled(turn=Facts.of_claim(claim)))
             send_next(ended.next_turn)
         return Result(outcome=Outcome.CANCELLED, attempt=claim.attempt)
     except HandBack:
-        return hand_back(claim, events)
+        return hand_back(claim, events, runtime=runtime)
     except LeaseLost:
-        get_hooks().lost(hooks.Lost(turn=Facts.of_claim(claim), storing=False))
+        registry.lost(hooks.Lost(turn=Facts.of_claim(claim), storing=False))
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     except AgentInvocationError as exc:
-        return handle_agent_failure(claim, events, exc)
+        return handle_agent_failure(claim, events, exc, runtime=runtime)
     except (UnknownFramework, InvalidTurn, HandlerError, ConfigError) as exc:
         # Bad input or configuration (a model without its key): a retry would fail the same way.
-        return fail(claim, events, exc.message)
+        return fail(claim, events, exc.message, runtime=runtime)
     except Exception as exc:
         if is_outage(exc):
             # Infrastructure: give the turn back if the database lets us (else its lease runs out),
@@ -207,25 +217,25 @@ def _run_claimed(claim: claims.Claim, started: float) -> Result:
             raise
         if is_refusal(exc):
             # Postgres refused a value the turn needed: the same data fails the same way every time.
-            return fail(claim, events, refusal_message(exc, "what the turn needed"))
+            return fail(claim, events, refusal_message(exc, "what the turn needed"), runtime=runtime)
         # A handler broke its contract (it must raise AgentInvocationError): fail the turn now
         # rather than leave it running until its lease runs out, and keep the traceback in the log.
         log.exception("turn %s session %s: the handler raised an unexpected error", claim.turn_id, claim.session.id)
-        return fail(claim, events, "the agent failed unexpectedly (internal error)")
+        return fail(claim, events, "the agent failed unexpectedly (internal error)", runtime=runtime)
     finally:
         keeper.unregister(lease)
     try:
         completed = claims.complete_turn(claim, messages, usage)
     except InvalidTurn as exc:
-        return fail(claim, events, exc.message)
+        return fail(claim, events, exc.message, runtime=runtime)
     except Exception as exc:
         if not is_refusal(exc):
             raise
         # Not an outage: a retry (or another worker taking the turn over) would run the handler
         # again only to be refused again, so the turn fails now, once.
-        return fail(claim, events, refusal_message(exc, "the reply"))
+        return fail(claim, events, refusal_message(exc, "the reply"), runtime=runtime)
     if not completed.stored:
-        get_hooks().lost(hooks.Lost(turn=Facts.of_claim(claim), storing=True))
+        registry.lost(hooks.Lost(turn=Facts.of_claim(claim), storing=True))
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     stored = time.monotonic() - started
     events.publish(
@@ -234,7 +244,7 @@ def _run_claimed(claim: claims.Claim, started: float) -> Result:
         messages=[message.to_dict() for message in messages],
         usage=usage,
     )
-    get_hooks().succeeded(
+    registry.succeeded(
         hooks.Succeeded(
             turn=Facts.of_claim(claim),
             seconds=stored,
@@ -249,20 +259,26 @@ def _run_claimed(claim: claims.Claim, started: float) -> Result:
 
 
 def run_handler(
-    claim: claims.Claim, events: TurnEvents, lease: TurnLease, *, started: float | None = None
+    claim: claims.Claim,
+    events: TurnEvents,
+    lease: TurnLease,
+    *,
+    started: float | None = None,
+    runtime: Runtime | None = None,
 ) -> tuple[list[AgentMessage], Usage]:
     """Prepare the turn's input, stream the session's handler on it, relaying text and tool events."""
     from handlers import get_agent_handler
     from handlers.turn_input import build_turn_input
 
-    settings = get_settings()
+    runtime = runtime or current_runtime()
+    registry = runtime.hooks
     handler = get_agent_handler(claim.session)
     turn = build_turn_input(
         claim.session, claim.content, images=claim.images, reply_to=claim.reply_to, calls_tools=handler.calls_tools
     )
     stream: Iterator[StreamEvent] = iter(handler.stream(turn))
     first = next(stream, None)
-    coalescer = TextCoalescer(events, claim.attempt, settings.text_coalesce_ms / 1000.0)
+    coalescer = TextCoalescer(events, claim.attempt, runtime.settings.text_coalesce_ms / 1000.0)
     final: StreamEvent | None = None
     event = first
     first_text = True
@@ -272,15 +288,13 @@ def run_handler(
             if event.kind == StreamEventKind.TEXT:
                 if first_text and event.text and started is not None:
                     first_text = False
-                    get_hooks().first_text(
-                        hooks.FirstText(turn=Facts.of_claim(claim), seconds=time.monotonic() - started)
-                    )
+                    registry.first_text(hooks.FirstText(turn=Facts.of_claim(claim), seconds=time.monotonic() - started))
                 coalescer.add(event.text)
             elif event.kind == StreamEventKind.TOOL and event.tool is not None:
                 coalescer.flush()
                 tool = {key: event.tool.get(key) for key in ("id", "name", "status")}
                 events.publish(EventType.TOOL, claim.attempt, tool=tool)
-                get_hooks().tool(
+                registry.tool(
                     hooks.ToolCall(
                         turn=Facts.of_claim(claim), name=tool["name"], call_id=tool["id"], status=tool["status"]
                     )
@@ -309,88 +323,54 @@ def check_lease(lease: TurnLease) -> None:
         raise HandBack
 
 
-def hand_back(claim: claims.Claim, events: TurnEvents) -> Result:
+def hand_back(claim: claims.Claim, events: TurnEvents, *, runtime: Runtime | None = None) -> Result:
     """Requeue a turn interrupted by shutdown and send it again, so another worker runs it now."""
     if not claims.requeue_turn(claim, hand_back=True):
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     events.publish(EventType.RETRY, claim.attempt, error="the worker is shutting down; another worker takes the turn")
     send_turn(claim.to_message(), queue=claim.queue)
-    get_hooks().handed_back(hooks.HandedBack(turn=Facts.of_claim(claim), running=True))
+    (runtime or current_runtime()).hooks.handed_back(hooks.HandedBack(turn=Facts.of_claim(claim), running=True))
     return Result(outcome=Outcome.HANDED_BACK, attempt=claim.attempt)
 
 
-def validate_reply(messages: object, usage: object) -> tuple[list[AgentMessage], Usage]:
-    """Hold handlers to the contract: a non-empty list of AgentMessage and integer usage.
-
-    What the model returned is made storable: characters Postgres cannot hold (NUL, lone
-    surrogates) in text, tool-call arguments, tool outputs and citations become U+FFFD, and token
-    counts are kept within Postgres integers. Anything else Postgres refuses fails the turn once.
-    """
-    if not isinstance(messages, list) or not messages or not all(isinstance(m, AgentMessage) for m in messages):
-        raise AgentInvocationError("the agent returned no reply")
-    clean: Usage = {}
-    source = usage if isinstance(usage, dict) else {}
-    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
-        value = source.get(key, 0)
-        if isinstance(value, float):
-            value = int(value) if math.isfinite(value) else 0
-        clean[key] = min(max(int(value), 0), INTEGER_MAX) if isinstance(value, int) else 0
-    if not clean["total_tokens"]:
-        clean["total_tokens"] = min(clean["prompt_tokens"] + clean["completion_tokens"], INTEGER_MAX)
-    return [storable_message(message) for message in messages], clean
-
-
-def storable_message(message: AgentMessage) -> AgentMessage:
-    """`message` with its text made storable (the same object when nothing needed cleaning)."""
-    content = clean_text(message.content) if isinstance(message.content, str) else str(message.content or "")
-    tool_calls = clean_json(message.tool_calls) if message.tool_calls else message.tool_calls
-    tool_call_id = clean_text(message.tool_call_id) if isinstance(message.tool_call_id, str) else message.tool_call_id
-    citations = clean_json(message.citations) if message.citations else message.citations
-    if (content, tool_call_id) == (message.content, message.tool_call_id) and (tool_calls, citations) == (
-        message.tool_calls,
-        message.citations,
-    ):
-        return message
-    return dataclasses.replace(
-        message, content=content, tool_calls=tool_calls, tool_call_id=tool_call_id, citations=citations
-    )
-
-
-def handle_agent_failure(claim: claims.Claim, events: TurnEvents, exc: AgentInvocationError) -> Result:
+def handle_agent_failure(
+    claim: claims.Claim, events: TurnEvents, exc: AgentInvocationError, *, runtime: Runtime | None = None
+) -> Result:
     """Retry as the policy says (CHATQ_MAX_ATTEMPTS invocations in all), then fail the turn."""
+    runtime = runtime or current_runtime()
     error = mask_secrets(exc.message)
-    decision = retry_policy().after_agent_failure(claim.attempt)
+    decision = runtime.retry.after_agent_failure(claim.attempt)
     if decision.retry:
         if claims.requeue_turn(claim, error=error):
             events.publish(EventType.RETRY, claim.attempt, error=error)
-            get_hooks().retried(
+            runtime.hooks.retried(
                 hooks.Retried(turn=Facts.of_claim(claim), cause=decision.cause, delay=decision.delay, error=error)
             )
             return Result(outcome=Outcome.RETRY, retry_after=decision.delay, attempt=claim.attempt)
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
-    return fail(claim, events, error)
+    return fail(claim, events, error, runtime=runtime)
 
 
-def fail(claim: claims.Claim, events: TurnEvents, error: str) -> Result:
+def fail(claim: claims.Claim, events: TurnEvents, error: str, *, runtime: Runtime | None = None) -> Result:
     """End the turn as failed with a user-visible error (secrets masked, storable)."""
     error = clean_text(mask_secrets(error))
     ended = claims.finish_turn(claim, TurnStatus.FAILED, error)
     if not ended.stored:
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     events.publish(EventType.ERROR, claim.attempt, error=error)
-    get_hooks().failed(hooks.Failed(turn=Facts.of_claim(claim), error=error))
+    (runtime or current_runtime()).hooks.failed(hooks.Failed(turn=Facts.of_claim(claim), error=error))
     send_next(ended.next_turn)
     return Result(outcome=Outcome.FAILED, attempt=claim.attempt, error=error)
 
 
-def reject(turn_id: uuid.UUID, session_id: uuid.UUID | None, error: str) -> None:
+def reject(turn_id: uuid.UUID, session_id: uuid.UUID | None, error: str, *, runtime: Runtime | None = None) -> None:
     """Refuse an invalid turn message: no retry, nothing stored, one clear log line.
 
     Consumers of the session's channel get an `error` event, unless a valid turn with this id
     exists (then the malformed message was a stray copy, and the real turn goes on).
     """
     error = clean_text(mask_secrets(error))
-    get_hooks().rejected(hooks.Rejected(turn_id=turn_id, session_id=session_id, error=error))
+    (runtime or current_runtime()).hooks.rejected(hooks.Rejected(turn_id=turn_id, session_id=session_id, error=error))
     if turn_id.int == 0 or session_id is None:
         return
     publish_rejection(turn_id, session_id, error)

@@ -20,7 +20,7 @@ from datetime import timedelta
 from sqlalchemy import and_, func, or_, select, text
 from sqlalchemy.orm import Session
 
-from chatq.settings import get_settings, mask_secrets
+from chatq.settings import Settings, get_settings, mask_secrets
 from models.db import session_scope, unpooled_connection
 from models.tables import ChatMessage, Turn, TurnStatus
 from worker.runtime import bindings, claims
@@ -54,9 +54,9 @@ def declare_queues() -> None:
     bindings.declare_queues(app)
 
 
-def sweep_once() -> SweepReport:
-    """One pass of the sweeper."""
-    settings = get_settings()
+def sweep_once(settings: Settings | None = None) -> SweepReport:
+    """One pass of the sweeper, by `settings` (the runtime's; the process's by default)."""
+    settings = settings or get_settings()
     try:
         declare_queues()
     except Exception as exc:
@@ -72,14 +72,14 @@ def sweep_once() -> SweepReport:
         log.warning("turn %s: lease expired, handed to another worker", turn_id)
     if resend:
         log.info("sweeper re-sent %d turn(s), %d after an expired lease", len(resend), len(expired))
-    return SweepReport(resent=len(resend), expired_leases=len(expired), purged=purge_expired())
+    return SweepReport(resent=len(resend), expired_leases=len(expired), purged=purge_expired(settings))
 
 
-def purge_expired() -> int:
+def purge_expired(settings: Settings | None = None) -> int:
     """Retention: sessions idle past CHATQ_RETENTION_DAYS (unset: none), then old deleted-session digests."""
     from worker.runtime import deletion
 
-    retention_days = get_settings().retention_days
+    retention_days = (settings or get_settings()).retention_days
     purged = 0
     try:
         if retention_days is not None:
@@ -192,10 +192,10 @@ def sweep_lock() -> Iterator[bool]:
                     connection.scalar(text("SELECT pg_advisory_unlock(:key)"), {"key": SWEEP_LOCK_KEY})
 
 
-def sweep_exclusively() -> SweepReport | None:
+def sweep_exclusively(settings: Settings | None = None) -> SweepReport | None:
     """One sweep unless another worker or beat is sweeping now (then None: this round is skipped)."""
     with sweep_lock() as held:
         if not held:
             log.debug("sweep skipped: another process holds the sweep lock")
             return None
-        return sweep_once()
+        return sweep_once(settings)

@@ -14,7 +14,7 @@ from celery.signals import task_internal_error
 from worker.app import app
 from worker.errors import InvalidTurn, TurnFailed
 from worker.payload import BATCH_QUEUE, INTERACTIVE_QUEUE, parse_turn_request, redacted_kwargs
-from worker.runtime.retry import retry_policy
+from worker.runtime.process import current_runtime
 from worker.runtime.runner import Outcome, execute_turn, reject, retry_after_outage
 from worker.storable import OUTAGE_ERRORS
 
@@ -47,21 +47,22 @@ def run_turn(self: Task[Any, Any], *args: Any, **kwargs: Any) -> str:
     queue = delivery.get("routing_key") or INTERACTIVE_QUEUE
     if queue not in (INTERACTIVE_QUEUE, BATCH_QUEUE):
         queue = INTERACTIVE_QUEUE
+    runtime = current_runtime()
     try:
         if args:
             raise InvalidTurn("chatq.run_turn takes keyword arguments only")
         request = parse_turn_request(kwargs, task_id=self.request.id)
     except InvalidTurn as exc:
-        reject(*_ids(kwargs, self.request.id), exc.message)
+        reject(*_ids(kwargs, self.request.id), exc.message, runtime=runtime)
         raise TurnFailed(f"rejected: {exc.message}") from None
     try:
-        result = execute_turn(request, queue=queue, worker=self.request.hostname or "worker")
+        result = execute_turn(request, queue=queue, worker=self.request.hostname or "worker", runtime=runtime)
     except INFRASTRUCTURE_ERRORS as exc:
-        decision = retry_after_outage(request, exc, self.request.retries)
+        decision = retry_after_outage(request, exc, self.request.retries, runtime=runtime)
         raise self.retry(exc=exc, countdown=decision.delay, queue=queue, **_hidden(kwargs)) from None
     if result.outcome in (Outcome.RETRY, Outcome.BUSY):
         # The runner asked the policy; its delay is on the result.
-        countdown = result.retry_after if result.retry_after is not None else retry_policy().agent_delay
+        countdown = result.retry_after if result.retry_after is not None else runtime.retry.agent_delay
         raise self.retry(countdown=countdown, queue=queue, **_hidden(kwargs))
     if result.outcome is Outcome.FAILED:
         raise TurnFailed(result.error)
@@ -92,7 +93,7 @@ def sweep() -> dict[str, int]:
     """Re-send lost turns and take over expired leases (run by `chatq beat`, under the workers' sweep lock)."""
     from worker.runtime.sweeper import sweep_exclusively
 
-    report = sweep_exclusively()
+    report = sweep_exclusively(current_runtime().settings)
     return report.as_dict() if report is not None else {"skipped": 1}
 
 

@@ -143,22 +143,21 @@ def test_tenant_tokens_are_tenant_colon_token_pairs() -> None:
     ],
 )
 def test_bad_tenant_tokens_are_refused_in_one_line_without_the_token(raw: str, fragment: str) -> None:
-    from chatq.settings import load_settings
+    from chatq.settings import load_gateway_variables
 
     with pytest.raises(ConfigError) as error:
-        load_settings({"CHATQ_API_TOKENS": raw})
+        load_gateway_variables({"CHATQ_API_TOKENS": raw})
     assert fragment in error.value.message
     assert "\n" not in error.value.message and TOKEN not in error.value.message
 
 
 def test_scoped_tokens_alone_start_a_gateway_and_may_not_double_as_admin_tokens() -> None:
-    from chatq.settings import load_settings
-
-    settings = load_settings({"CHATQ_API_TOKENS": f"acme:{TOKEN}-t"})
-    gateway = load_gateway_settings({}, settings=settings)
+    gateway = load_gateway_settings({"CHATQ_API_TOKENS": f"acme:{TOKEN}-t"}, settings=Settings())
     assert gateway.tokens == () and [t.tenant for t in gateway.tenant_tokens] == ["acme"]
     with pytest.raises(ConfigError, match="also in CHATQ_API_TOKEN"):
-        load_gateway_settings({"CHATQ_API_TOKEN": f"{TOKEN}-t"}, settings=settings)
+        load_gateway_settings(
+            {"CHATQ_API_TOKENS": f"acme:{TOKEN}-t", "CHATQ_API_TOKEN": f"{TOKEN}-t"}, settings=Settings()
+        )
 
 
 def test_a_token_matches_its_tenant_or_the_admin_and_nothing_else() -> None:

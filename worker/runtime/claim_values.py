@@ -1,0 +1,93 @@
+"""What the transitions of `worker.runtime.claims` return: a claim and the outcomes of claiming and ending.
+
+Value objects only, apart from the transitions so that `claims.py` holds statements and rules alone;
+`worker.runtime.claims` re-exports them (`claims.Claim`, `claims.ClaimStatus`, ...).
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from handlers.base import SessionInfo
+from worker.payload import task_message
+from worker.runtime.turns import NextTurn
+
+__all__ = ["Claim", "ClaimResult", "ClaimStatus", "Finished"]
+
+
+class ClaimStatus(enum.StrEnum):
+    """What a claim attempt found."""
+
+    CLAIMED = "claimed"
+    NOT_FOUND = "not_found"
+    FINISHED = "finished"
+    BUSY = "busy"
+    BLOCKED = "blocked"
+    POISONED = "poisoned"
+    CANCELLED = "cancelled"
+    CONFLICT = "conflict"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """A turn this worker now runs, with everything the run needs."""
+
+    turn_id: uuid.UUID
+    """The turn (= task id)."""
+    session: SessionInfo
+    """The session, detached from the database."""
+    position: int
+    """The turn's position in its session."""
+    attempt: int
+    """The handler invocation this claim starts (1 for the first)."""
+    deliveries: int
+    """How many times the turn has been claimed, this one included."""
+    lease_token: uuid.UUID
+    """Proof of ownership; finishing writes require it."""
+    content: str
+    """The user's message."""
+    images: tuple[str, ...] | None
+    """Images attached to the user's message."""
+    reply_to: int | None
+    """The user message being answered, for regenerate/edit."""
+    queue: str
+    """The queue the turn travels on."""
+
+    def to_message(self) -> dict[str, Any]:
+        """The turn's `chatq.run_turn` message, to send it again."""
+        return task_message(
+            turn_id=self.turn_id,
+            session_id=self.session.id,
+            content=self.content,
+            images=self.images,
+            reply_to=self.reply_to,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClaimResult:
+    """The outcome of `claim_turn`."""
+
+    status: ClaimStatus
+    """What the claim found."""
+    claim: Claim | None = None
+    """Set when `status` is CLAIMED."""
+    retry_after: float | None = None
+    """For BUSY: seconds until the current lease runs out."""
+    error: str | None = None
+    """For POISONED: the error stored on the turn; for CONFLICT: what conflicts."""
+    attempt: int = 0
+    """For POISONED and CANCELLED: the turn's attempts so far."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finished:
+    """The outcome of ending an owned turn."""
+
+    stored: bool
+    """False when the lease was lost: nothing was written."""
+    next_turn: NextTurn | None = None
+    """The session's next queued turn, to send now (found in the same transaction)."""
