@@ -20,6 +20,9 @@ RUN pip install . && rm -rf /src
 WORKDIR /home/chatq
 USER chatq
 
-# `chatq worker` / `chatq beat` / `chatq flower` exec Celery, so it is PID 1 and gets SIGTERM directly.
+# `chatq beat` / `chatq flower` (and `chatq worker --processes 1`) exec Celery, so it is PID 1 and gets
+# SIGTERM directly; plain `chatq worker` is PID 1 as the supervisor of one Celery worker per CPU the
+# container may use (its cpuset), forwarding SIGTERM to each. Under a CPU quota without a cpuset,
+# pass `--processes N` (the quota in cores).
 ENTRYPOINT ["chatq"]
 CMD ["worker"]

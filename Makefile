@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # Sourced by recipes so a private Postgres/Redis started by scripts/services.sh is used.
 WITH_ENV := set -a; . .local/services.env; set +a;
 
-.PHONY: install services migrate run worker beat lint format test test-unit test-integration test-faults bench clean
+.PHONY: install services migrate run worker beat lint format test test-unit test-integration test-faults bench bench-peer clean
 
 install: $(STAMP)
 
@@ -55,6 +55,13 @@ test-faults: services
 
 bench: services
 	$(WITH_ENV) $(PY) -m bench
+
+# chatq beside LangGraph's own server (bench/peer.py), installed from pyproject's `peer` extra into
+# a venv of its own so it never touches chatq's dependencies.
+PEER_VENV ?= .local/peer-venv
+bench-peer: services
+	test -x $(PEER_VENV)/bin/langgraph || { python3 -m venv $(PEER_VENV) && $(PEER_VENV)/bin/python -m pip install -q --disable-pip-version-check -e '.[peer]'; }
+	$(WITH_ENV) $(PY) -m bench peer
 
 clean:
 	rm -rf $(VENV) .local .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -82,9 +82,13 @@ task_queues = (
 )
 task_routes = {"chatq.run_turn": {"queue": "chatq"}, "chatq.sweep": {"queue": "chatq"}}
 
-# Task events for Flower (and `celery events`).
+# Task events for Flower (and `celery events`): what workers do with each task (received, started,
+# succeeded, failed, retried). Not the producer's `task-sent` event: it was 30 to 40% of the
+# producer's send (bench/profile_turn.py: send_task 1.3-1.6 ms with it, 0.94 ms without), and a
+# queued turn is already visible in Postgres (`chatq show`) and by its `queued` stream event.
+# Flower lists a task from the moment a worker receives it.
 worker_send_task_events = True
-task_send_sent_event = True
+task_send_sent_event = False
 
 # On SIGTERM finish running turns; on a second signal (cold shutdown) give them this long to
 # hand their turns back before the process exits (Celery's soft shutdown).

@@ -33,7 +33,7 @@ app.conf.update(
     task_reject_on_worker_lost=True,
     worker_prefetch_multiplier=1,
     worker_send_task_events=True,
-    task_send_sent_event=True,
+    task_send_sent_event=False,
     task_default_queue=QUEUE,
     broker_connection_retry_on_startup=True,
     broker_transport_options={"visibility_timeout": 3600, "queue_order_strategy": "priority"},

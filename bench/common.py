@@ -191,8 +191,11 @@ def proc_cpu_seconds(pid: int) -> float:
 class Subprocess:
     """A child process in its own process group, with a log file; killed (group) on stop."""
 
-    def __init__(self, name: str, command: list[str], env: Mapping[str, str], ready: str | None) -> None:
+    def __init__(
+        self, name: str, command: list[str], env: Mapping[str, str], ready: str | None, cwd: Path = ROOT
+    ) -> None:
         self.name = name
+        self.cwd = cwd
         self.command = command
         self.env = dict(env)
         self.ready = ready
@@ -207,7 +210,7 @@ class Subprocess:
     def start(self, timeout: float = 60.0) -> Subprocess:
         out = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            self.command, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            self.command, cwd=self.cwd, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
         deadline = time.monotonic() + timeout
         while self.ready is not None:
@@ -284,14 +287,16 @@ class Stub(Subprocess):
 def chatq_worker(
     *, concurrency: int | None = None, env: Mapping[str, str] | None = None, name: str = "bench"
 ) -> Subprocess:
-    """`chatq worker` (threads pool, the project's defaults) as a subprocess.
+    """`chatq worker --processes 1` (one Celery worker, threads pool, the project's defaults) as a subprocess.
 
-    `--without-gossip --without-mingle` only shorten start-up (there is one worker per broker db).
+    One process: these benchmarks pause and resume its consumer by node name, read its CPU and RSS
+    by pid and compare it with one bare Celery worker (bench/peer.py runs the default, one process
+    per core). `--without-gossip --without-mingle` only shorten start-up (one worker per broker db).
     """
     hostname = f"{name}-{uuid.uuid4().hex[:6]}"
     # With CHATQ_BENCH_PUBLIC_API set, the shortcuts it names are off in the worker (bench.public_api).
     entry = "bench.public_api" if os.environ.get("CHATQ_BENCH_PUBLIC_API") else "worker.cli"
-    command = [sys.executable, "-m", entry, "worker", "--hostname", f"{hostname}@%h"]
+    command = [sys.executable, "-m", entry, "worker", "--processes", "1", "--hostname", f"{hostname}@%h"]
     if concurrency is not None:
         command += ["--concurrency", str(concurrency)]
     command += ["--without-gossip", "--without-mingle"]

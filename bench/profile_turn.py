@@ -32,6 +32,8 @@ STAGES: list[tuple[str, str, str]] = [
     ("  send_task", "worker.producer", "send_turn"),
     ("execute_turn", "worker.runtime.runner", "execute_turn"),
     ("  claim_turn", "worker.runtime.claims", "claim_turn"),
+    ("    claims._claim_slow", "worker.runtime.claims", "_claim_slow"),
+    ("  claims.ensure_turn (raw messages)", "worker.runtime.claims", "ensure_turn"),
     ("  TurnEvents.resume (last_seq)", "worker.runtime.runner", "TurnEvents.resume"),
     ("  run_handler", "worker.runtime.runner", "run_handler"),
     ("    get_agent_handler", "handlers", "get_agent_handler"),
@@ -167,6 +169,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--compare", default=None, help="comma-separated shortcuts: " + ", ".join(SHORTCUTS))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
+        "--raw",
+        action="store_true",
+        help="turns as raw task messages: no submit_turn, the worker stores turn and session",
+    )
+    parser.add_argument(
         "--services",
         choices=("shared", "private"),
         default="shared",
@@ -197,6 +204,14 @@ def main(argv: list[str] | None = None) -> None:
         from worker.runtime import runner
 
         def one(session_id: Any) -> None:
+            if args.raw:  # another language's producer: only the message, a session nobody created
+                import uuid
+
+                request = TurnRequest(turn_id=uuid.uuid4(), session_id=uuid.uuid4(), content="hello there")
+                result = runner.execute_turn(request, queue="chatq", worker="profile@bench")
+                if result.outcome.value != "succeeded":
+                    raise RuntimeError(f"turn {request.turn_id}: {result.outcome}")
+                return
             turn = producer.submit_turn(session_id, "hello there, how are you today")
             request = TurnRequest(
                 turn_id=turn.turn_id, session_id=turn.session_id, content="hello there, how are you today"

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from chatq.errors import ConfigError
+from chatq.model_limits import ModelLimit, parse_model_limits
 from chatq.per_process import PerProcess
 
 DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@localhost:5432/chatq"
@@ -81,8 +82,8 @@ class Settings:
     """Seconds a turn's replay stream is kept after its last event (`CHATQ_EVENT_RETENTION`)."""
     text_coalesce_ms: float = 0.0
     """Window in which streamed text chunks are merged into one event (`CHATQ_TEXT_COALESCE_MS`)."""
-    worker_concurrency: int = 32
-    """Turns one `chatq worker` runs at once on its thread pool (`CHATQ_WORKER_CONCURRENCY`)."""
+    worker_concurrency: int = 128
+    """Turns each `chatq worker` process runs at once on its thread pool (`CHATQ_WORKER_CONCURRENCY`)."""
     max_tool_output_chars: int = 20_000
     """Tool results longer than this are cut before they reach the model (`CHATQ_MAX_TOOL_OUTPUT_CHARS`)."""
     plugins: tuple[str, ...] = ()
@@ -98,6 +99,13 @@ class Settings:
     prices: str | None = None
     """Prices of models and paid tools: a JSON object, or the path of a file holding one, re-read when it
     changes (`CHATQ_PRICES`; parsed by `handlers.accounting`)."""
+    model_limits: tuple[ModelLimit, ...] = ()
+    """Configured request, token and concurrency limits per model (`CHATQ_MODEL_LIMITS`, `chatq.model_limits`)."""
+    provider_limits: bool = True
+    """Whether provider back-pressure and the shared limits are on (`CHATQ_PROVIDER_LIMITS`, `on`/`off`);
+    off, a 429 or 503 is an ordinary agent failure (retried once) and nothing paces requests."""
+    provider_patience: float = 900.0
+    """Seconds a turn keeps waiting while the model service refuses it before it fails (`CHATQ_PROVIDER_PATIENCE`)."""
 
     retention_days: float | None = None
     """Sessions idle longer than this many days are purged by the sweep (`CHATQ_RETENTION_DAYS`; unset: kept)."""
@@ -277,7 +285,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         requeue_grace=env_float(env, "CHATQ_REQUEUE_GRACE", 30.0, minimum=0.0),
         event_retention=env_int(env, "CHATQ_EVENT_RETENTION", 3_600, minimum=600),
         text_coalesce_ms=env_float(env, "CHATQ_TEXT_COALESCE_MS", 0.0, minimum=0.0),
-        worker_concurrency=env_int(env, "CHATQ_WORKER_CONCURRENCY", 32, minimum=1),
+        worker_concurrency=env_int(env, "CHATQ_WORKER_CONCURRENCY", 128, minimum=1),
         max_tool_output_chars=env_int(env, "CHATQ_MAX_TOOL_OUTPUT_CHARS", 20_000, minimum=100),
         plugins=_modules(env, "CHATQ_PLUGINS"),
         metrics_port=_port(env, "CHATQ_METRICS_PORT"),
@@ -286,6 +294,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         vision_models=_names(env, "CHATQ_VISION_MODELS"),
         prices=(env.get("CHATQ_PRICES") or "").strip() or None,
         retention_days=_optional_float(env, "CHATQ_RETENTION_DAYS", minimum=0.001),
+        model_limits=parse_model_limits(env.get("CHATQ_MODEL_LIMITS")),
+        provider_limits=_switch(env, "CHATQ_PROVIDER_LIMITS", default=True),
+        provider_patience=env_float(env, "CHATQ_PROVIDER_PATIENCE", 900.0, minimum=0.0),
     )
     return settings
 

@@ -13,6 +13,32 @@ class AgentInvocationError(HandlerError):
     """The agent failed to produce a reply."""
 
 
+class ProviderBusy(AgentInvocationError):
+    """The model service is busy (rate limited, overloaded or unreachable); the turn waits and runs again."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        reason: str = "rate_limited",
+        status: int | None = None,
+        retry_after: float | None = None,
+        limit_requests: float | None = None,
+        limit_tokens: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        """Why: `rate_limited` (429), `overloaded` (502/503/504/529), `unreachable` or `timeout`."""
+        self.status = status
+        """The HTTP status, when the service answered."""
+        self.retry_after = retry_after
+        """Seconds the service asked to wait (`Retry-After`, `x-ratelimit-reset-*`), when it said."""
+        self.limit_requests = limit_requests
+        """The requests-per-minute limit the service reported (`x-ratelimit-limit-requests`)."""
+        self.limit_tokens = limit_tokens
+        """The tokens-per-minute limit the service reported (`x-ratelimit-limit-tokens`)."""
+
+
 class TurnTimeout(AgentInvocationError):
     """The agent did not finish within the turn timeout."""
 

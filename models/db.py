@@ -21,6 +21,11 @@ from sqlalchemy.pool import NullPool
 from chatq.per_process import PerProcess
 from chatq.settings import get_settings, mask_secrets
 
+POOL_SIZE = 10
+"""Connections a process keeps open."""
+POOL_OVERFLOW = 10
+"""More it may open at a burst (closed when returned): at most POOL_SIZE + POOL_OVERFLOW in all."""
+
 PING_AFTER_IDLE = 0.5
 """Seconds a pooled connection may sit unused before it is pinged at checkout (HikariCP's
 `aliveBypassWindowMs` is the same 500 ms)."""
@@ -66,8 +71,11 @@ def _build_pooled() -> tuple[Engine, sessionmaker[Session]]:
         settings.database_url,
         # Postgres restarts must not fail turns: pooled connections are tested before use
         # (the checkout listener below, a cheaper pool_pre_ping).
-        pool_size=min(settings.worker_concurrency, 20),
-        max_overflow=settings.worker_concurrency + 10,
+        # Fixed, whatever the worker's concurrency: a turn holds a connection only for its
+        # short claim/persist transactions, never while it waits on the model, so a few
+        # connections serve hundreds of turns (README, "Workers": connections per worker).
+        pool_size=POOL_SIZE,
+        max_overflow=POOL_OVERFLOW,
         pool_timeout=30,
         pool_recycle=1800,
         # Errors can travel to logs and Flower; they must never carry users' messages.

@@ -14,9 +14,15 @@ from sqlalchemy.exc import DBAPIError
 
 from chatq.errors import ConfigError
 from chatq.settings import mask_secrets
-from handlers.errors import AgentInvocationError, TurnTimeout
+from handlers.errors import AgentInvocationError, ProviderBusy, TurnTimeout
+from handlers.provider_headers import read_rate_limit_headers
 
-__all__ = ["TurnTimeout", "invocation_error"]
+__all__ = ["BUSY_STATUSES", "TurnTimeout", "invocation_error", "provider_busy"]
+
+BUSY_STATUSES = frozenset({429, 502, 503, 504, 529})
+"""HTTP statuses that mean "not now" (rate limited, overloaded, a gateway without an upstream),
+not "this request is wrong": the turn waits and runs again (`handlers.errors.ProviderBusy`). A
+400/401/403/404 is never among them, and a 500 keeps the ordinary retry-once rule."""
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +39,11 @@ def invocation_error(exc: BaseException, *, timeout: float) -> AgentInvocationEr
     if isinstance(exc, DBAPIError | ConfigError):
         raise exc
     message = _message(exc, timeout)
+    busy = provider_busy(exc, message)
+    if busy is not None:
+        # Back-pressure, not a failure: logged without a traceback, the worker decides when to retry.
+        logger.info("model service busy (%s): %s", busy.reason, message)
+        return busy
     # The detail goes to the log only (masked); a traceback only for failures that are not the
     # model service's, since those point at a bug rather than at the network or the provider.
     logger.warning(
@@ -44,6 +55,29 @@ def invocation_error(exc: BaseException, *, timeout: float) -> AgentInvocationEr
     if isinstance(exc, openai.APITimeoutError | TimeoutError):
         return TurnTimeout(message)
     return AgentInvocationError(message)
+
+
+def provider_busy(exc: BaseException, message: str) -> ProviderBusy | None:
+    """`exc` as ProviderBusy when it is the service's back-pressure (see BUSY_STATUSES), else None.
+
+    The worker owns the back-off (the SDK's own retries are off, `max_retries=0`), so the wait the
+    service asked for is read from the response's headers here and travels with the error.
+    """
+    if isinstance(exc, openai.APITimeoutError):
+        return ProviderBusy(message, reason="timeout")
+    if isinstance(exc, openai.APIConnectionError):
+        return ProviderBusy(message, reason="unreachable")
+    if not isinstance(exc, openai.APIStatusError) or exc.status_code not in BUSY_STATUSES:
+        return None
+    headers = read_rate_limit_headers(exc.response.headers)
+    return ProviderBusy(
+        message,
+        reason="rate_limited" if exc.status_code == 429 else "overloaded",
+        status=exc.status_code,
+        retry_after=headers.retry_after,
+        limit_requests=headers.limit_requests,
+        limit_tokens=headers.limit_tokens,
+    )
 
 
 def _message(exc: BaseException, timeout: float) -> str:

@@ -57,9 +57,16 @@ class Workers:
         self.env = dict(env)
         self.started: list[Worker] = []
 
-    def launch(self, *, concurrency: int = 4, name: str | None = None, env: Mapping[str, str] | None = None) -> Worker:
-        """Start one worker without waiting for it."""
-        worker = Worker({**self.env, **(env or {})}, concurrency=concurrency, name=name)
+    def launch(
+        self,
+        *,
+        concurrency: int = 4,
+        name: str | None = None,
+        env: Mapping[str, str] | None = None,
+        processes: int = 1,
+    ) -> Worker:
+        """Start one worker without waiting for it (`processes` > 1: the supervised service)."""
+        worker = Worker({**self.env, **(env or {})}, concurrency=concurrency, name=name, processes=processes)
         self.started.append(worker)
         return worker.launch()
 

@@ -64,7 +64,9 @@ def test_a_turn_submitted_while_redis_was_down_runs_once_with_only_workers(
     assert "could not send" in submitted.stderr
     turn_id = uuid.UUID(submitted.stdout.strip())
     stored_at = time.monotonic()
-    assert load_turns([turn_id])[turn_id].status.value == "queued"
+    # Stored, not failed; on a loaded machine the CLI itself can take longer than the grace, so a
+    # worker's sweep may already have sent it.
+    assert load_turns([turn_id])[turn_id].status.value in ("queued", "running", "succeeded")
 
     row = wait_finished([turn_id], timeout=REQUEUE_GRACE + 60)[turn_id]
     print(f"\nturn never sent ran {time.monotonic() - stored_at:.1f}s after it was stored (grace {REQUEUE_GRACE:g}s)")

@@ -20,7 +20,9 @@ server never interfere:
     [fail]                 HTTP 500, always
     [fail-once: KEY]       HTTP 500 the first time KEY is seen (server-wide), normal afterwards
     [fail-times: KEY N]    HTTP 500 the first N times KEY is seen
-    [sleep: S]             wait S seconds before the first byte
+    [ratelimit-times: KEY N]  HTTP 429 with `retry-after-ms: 200` the first N times KEY is seen
+    [overloaded-times: KEY N] HTTP 503 with `retry-after: 1` the first N times KEY is seen
+    [sleep: S]             wait S seconds before the first byte (a stall)
     [slow: S]              wait S seconds between streamed chunks
     [empty]                empty content and no tool calls
     [words: N]             reply "w1 w2 ... wN"
@@ -28,8 +30,13 @@ server never interfere:
 `text` is the last user message with the directives removed. Usage is reported (words of the
 prompt, words of the reply); streamed usage comes in a last chunk when stream_options.include_usage.
 
-Run standalone: `python -m tests.support.openai_stub --port 8089 [--latency S] [--chunk-interval S]`
-prints the base URL; GET /_requests returns the recorded request bodies, DELETE /_requests clears them.
+With `limits` (`tests.support.provider_limits.ProviderLimits`) the server as a whole behaves like a
+provider: requests and tokens per minute and a concurrency cap, answered with 429 and OpenAI's
+rate-limit headers; GET /_provider returns its counts.
+
+Run standalone: `python -m tests.support.openai_stub --port 8089 [--latency S] [--chunk-interval S]
+[--rpm N --tpm N --max-concurrent N --record off]` prints the base URL; GET /_requests returns the
+recorded request bodies, DELETE /_requests clears them.
 """
 
 from __future__ import annotations
@@ -47,6 +54,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
+
+from tests.support.provider_limits import ProviderLimits, Refusal
 
 __all__ = ["OpenAIStub", "main"]
 
@@ -109,8 +118,19 @@ class OpenAIStub:
         return _Handler
 
     def __init__(
-        self, *, host: str = "127.0.0.1", port: int = 0, latency: float = 0.0, chunk_interval: float = 0.0
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        latency: float = 0.0,
+        chunk_interval: float = 0.0,
+        limits: ProviderLimits | None = None,
+        keep_bodies: bool = True,
     ) -> None:
+        self.limits = limits
+        """Server-wide provider limits (None: every request is answered)."""
+        self.keep_bodies = keep_bodies
+        """False: request bodies and replies are not recorded (long benchmark runs)."""
         self.latency = latency
         """Seconds to wait before the first byte of every response."""
         self.chunk_interval = chunk_interval
@@ -199,18 +219,39 @@ class OpenAIStub:
     # --- behaviour ---------------------------------------------------------------------------
 
     def record(self, body: dict[str, Any]) -> None:
+        if not self.keep_bodies:
+            return
         with self._lock:
             self._requests.append(body)
 
     def record_reply(self, status: int, reply: Reply | None, generation: int) -> None:
         """Record what a request got, unless clear() ran since it arrived (an earlier test's request
         that outlived its client, e.g. a `[sleep: S]` past a timeout, must not count in this one)."""
+        if not self.keep_bodies:
+            return
         entry: dict[str, Any] = {"status": status, "content": None, "tool_calls": None, "usage": None}
         if reply is not None:
             entry.update(content=reply.content, tool_calls=reply.tool_calls or None, usage=reply.usage)
         with self._lock:
             if generation == self.generation:
                 self._replies.append(entry)
+
+    def scripted_refusal(self, script: Script) -> Refusal | None:
+        """A 429 or 503 that the script asks for (`[ratelimit-times: KEY N]`, `[overloaded-times: KEY N]`)."""
+        for name, refusal in (
+            ("ratelimit-times", Refusal(429, {"retry-after-ms": "200", "retry-after": "1"})),
+            ("overloaded-times", Refusal(503, {"retry-after": "1"}, "The server is overloaded")),
+        ):
+            if name not in script.directives:
+                continue
+            key, _, count = script.directives[name].rpartition(" ")
+            times = int(count) if count.isdigit() else 1
+            with self._lock:
+                seen = self._seen.get(f"{name}:{key}", 0)
+                self._seen[f"{name}:{key}"] = seen + 1
+            if seen < times:
+                return refusal
+        return None
 
     def should_fail(self, script: Script) -> bool:
         if "fail" in script.directives:
@@ -317,6 +358,12 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path.rstrip("/") == "/_requests":
             self._json(200, self.owner.requests)
+        elif self.path.rstrip("/") == "/_provider":
+            limits = self.owner.limits
+            self._json(200, limits.stats() if limits else {})
+        elif self.path.rstrip("/") == "/_provider/answers":
+            limits = self.owner.limits
+            self._json(200, list(limits.answers) if limits else [])
         elif self.path.rstrip("/") == "/v1/models":
             self._json(200, {"object": "list", "data": [{"id": "gpt-4o-mini", "object": "model"}]})
         else:
@@ -344,6 +391,24 @@ class _Handler(BaseHTTPRequestHandler):
         owner.record(body)
         messages = body.get("messages") or []
         script = Script.parse(messages)
+        refusal = owner.scripted_refusal(script)
+        if refusal is None and owner.limits is not None:
+            refusal = owner.limits.enter(sum(len(message_text(m).split()) + 4 for m in messages))
+            if refusal is None:
+                try:
+                    self._answer(body, messages, script, generation)
+                finally:
+                    owner.limits.leave()
+                return
+        if refusal is not None:
+            owner.record_reply(refusal.status, None, generation)
+            error = {"message": refusal.message, "type": "requests", "code": "rate_limit_exceeded"}
+            self._json(refusal.status, {"error": error}, headers=refusal.headers)
+            return
+        self._answer(body, messages, script, generation)
+
+    def _answer(self, body: dict[str, Any], messages: list[dict[str, Any]], script: Script, generation: int) -> None:
+        owner = self.owner
         owner.wait(owner.latency + script.seconds("sleep"))
         try:
             if "unauthorized" in script.directives:
@@ -366,9 +431,11 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (a timeout test): nothing to do
 
-    def _json(self, status: int, payload: Any) -> None:
+    def _json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -432,8 +499,25 @@ def main(argv: list[str] | None = None, *, stub_class: type[OpenAIStub] | None =
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before the first byte")
     parser.add_argument("--chunk-interval", type=float, default=0.0, help="seconds between streamed chunks")
+    parser.add_argument("--rpm", type=float, default=None, help="server-wide requests per minute (429 beyond)")
+    parser.add_argument("--tpm", type=float, default=None, help="server-wide tokens per minute (429 beyond)")
+    parser.add_argument("--max-concurrent", type=int, default=None, help="requests in flight at once (429 beyond)")
+    parser.add_argument("--burst", type=float, default=1.0, help="seconds of the rate limits one burst may use")
+    parser.add_argument("--record", choices=("on", "off"), default="on", help="keep request bodies (GET /_requests)")
     args = parser.parse_args(argv)
-    stub = stub_class(host=args.host, port=args.port, latency=args.latency, chunk_interval=args.chunk_interval)
+    limits = None
+    if args.rpm or args.tpm or args.max_concurrent:
+        limits = ProviderLimits(
+            rpm=args.rpm, tpm=args.tpm, max_concurrent=args.max_concurrent, burst_seconds=args.burst
+        )
+    stub = stub_class(
+        host=args.host,
+        port=args.port,
+        latency=args.latency,
+        chunk_interval=args.chunk_interval,
+        limits=limits,
+        keep_bodies=args.record == "on",
+    )
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     with stub:

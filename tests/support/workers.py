@@ -58,7 +58,12 @@ class ManagedProcess:
 
 
 class WorkerProcess(ManagedProcess):
-    """One `chatq worker` process with its own log file."""
+    """One `chatq worker` with its own log file.
+
+    `processes=1` (the default here) makes it one Celery worker in one process, which the tests
+    that kill or signal "the worker" by its pid rely on; more makes it the supervised service of
+    worker/cli/supervisor.py (tests/integration/worker/test_supervisor.py).
+    """
 
     def __init__(
         self,
@@ -68,12 +73,15 @@ class WorkerProcess(ManagedProcess):
         queues: str = "chatq,chatq.batch",
         name: str | None = None,
         extra: tuple[str, ...] = (),
+        processes: int = 1,
     ) -> None:
         self.name = name or f"test-{uuid.uuid4().hex[:8]}"
         self.env = {**os.environ, **TEST_ENV, **env}
         self.concurrency = concurrency
         self.queues = queues
         self.extra = extra
+        self.processes = processes
+        self.log_offset = 0
         self.log_path = Path(tempfile.mkdtemp(prefix="chatq-worker-")) / f"{self.name}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -92,9 +100,12 @@ class WorkerProcess(ManagedProcess):
             self.queues,
             "--without-gossip",
             "--without-mingle",
+            "--processes",
+            str(self.processes),
             *self.extra,
         ]
         # Appended: a worker restarted under the same name keeps its earlier log.
+        self.log_offset = len(self.log())
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -106,7 +117,7 @@ class WorkerProcess(ManagedProcess):
         assert self.process is not None, "launch() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if " ready." in self.log():
+            if self._ready():
                 return self
             if self.process.poll() is not None:
                 raise RuntimeError(f"worker {self.name} exited at start:\n{self.log()[-4000:]}")
@@ -114,14 +125,23 @@ class WorkerProcess(ManagedProcess):
         self.kill()
         raise RuntimeError(f"worker {self.name} did not become ready:\n{self.log()[-4000:]}")
 
+    def _ready(self) -> bool:
+        if self.processes == 1:
+            # As the tests were written: any "ready." line in the log, also one of an earlier
+            # start under this name (tests that restart the package's worker rely on it).
+            return " ready." in self.log()
+        # The supervised service: one "ready." line per process, counted from this start on.
+        return self.log()[self.log_offset :].count(" ready.") >= self.processes
+
     def start(self, *, timeout: float = 60.0) -> WorkerProcess:
         """Start the worker and wait until Celery says it is ready."""
         return self.launch().wait_ready(timeout=timeout)
 
     @property
     def hostname_prefix(self) -> str:
-        """What `turns.worker` starts with for turns this worker claimed."""
-        return f"{self.name}@"
+        """What `turns.worker` starts with for turns this worker claimed (its processes' node
+        names are `name-1@host`, `name-2@host`, ... when it runs several)."""
+        return f"{self.name}@" if self.processes == 1 else f"{self.name}-"
 
     def stop(self, *, timeout: float = 30.0) -> int | None:
         """SIGTERM (Celery's warm shutdown), then SIGKILL if it does not exit in time."""

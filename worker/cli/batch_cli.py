@@ -120,7 +120,7 @@ def follow(
                 else:
                     still.append(conv)
             pending = still
-            bar.update(progress, time.monotonic() - started)
+            bar.update(progress, time.monotonic() - started, note=provider_note(time.time()))
             if progress.done >= progress.total and not pending:
                 break
             time.sleep(poll)
@@ -185,6 +185,34 @@ def _refresh(b: Any, batch_id: str, conversations: list[Any], states: dict[Any, 
     return progress
 
 
+_HELD = {
+    "rate_limited": "429 rate limited",
+    "overloaded": "overloaded",
+    "unreachable": "unreachable",
+    "timeout": "not answering",
+    "rpm": "at its request rate",
+    "tpm": "at its token rate",
+    "concurrency": "all slots in use",
+    "interactive": "interactive turns first",
+}
+
+
+def provider_note(now: float) -> str:
+    """`  held back by the provider (...)` while the model service or its shared limits hold turns back."""
+    try:
+        from worker.runtime.limits import held_back
+
+        held = held_back(now)
+    except Exception:  # the bar goes on without the note
+        return ""
+    if not held:
+        return ""
+    model, entry = max(held.items(), key=lambda item: float(item[1].get("until") or 0))
+    reason = _HELD.get(str(entry.get("reason")), str(entry.get("reason")))
+    until = time.strftime("%H:%M:%S", time.localtime(float(entry.get("until") or now)))
+    return f"  held back by the provider ({model}: {reason}, until {until})"
+
+
 class ProgressBar:
     """A live bar on a terminal; a plain line every few seconds otherwise (logs, CI)."""
 
@@ -201,13 +229,13 @@ class ProgressBar:
         self._last_plain = 0.0
         self._drawn = False
 
-    def update(self, progress: Any, elapsed: float) -> None:
+    def update(self, progress: Any, elapsed: float, note: str = "") -> None:
         rate = max(0, progress.done - self.already_done) / elapsed if elapsed > 0 else 0.0
         eta = (progress.total - progress.done) / rate if rate > 0 else None
         text = (
             f"{progress.done}/{progress.total} turns  failed {progress.failed}  "
             f"tokens {_human(progress.prompt_tokens)} in / {_human(progress.completion_tokens)} out  "
-            f"{rate:.1f} turns/s  ETA {_duration(eta)}"
+            f"{rate:.1f} turns/s  ETA {_duration(eta)}{note}"
         )
         if self.tty:
             filled = int(self.width * progress.done / max(1, progress.total))

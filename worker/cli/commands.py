@@ -209,22 +209,29 @@ def cmd_usage(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _exec_celery(arguments: list[str]) -> NoReturn:
-    """Replace this process with Celery (signals then reach Celery directly, for graceful shutdown)."""
+def _celery_command(arguments: list[str]) -> list[str]:
     from chatq.settings import get_settings
 
     get_settings()  # a bad environment fails here, in one line, not inside Celery
-    command = [sys.executable, "-m", "celery", "-A", "worker.app:app", *arguments]
+    return [sys.executable, "-m", "celery", "-A", "worker.app:app", *arguments]
+
+
+def _exec_celery(arguments: list[str]) -> NoReturn:
+    """Replace this process with Celery (signals then reach Celery directly, for graceful shutdown)."""
+    command = _celery_command(arguments)
     sys.stdout.flush()
     os.execv(sys.executable, command)
 
 
 def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
     from chatq.settings import get_settings
+    from worker.cli.supervisor import Supervisor, child_arguments, default_processes, take_processes
     from worker.schema import require_schema
 
+    processes, extra = take_processes(extra)
     settings = get_settings()
-    if not {"-h", "--help"} & set(extra):
+    asks_help = bool({"-h", "--help"} & set(extra))
+    if not asks_help:
         require_schema()  # an unmigrated database: say `chatq db upgrade` now, not in every turn's error
     defaults = [
         "worker",
@@ -239,7 +246,12 @@ def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
         "--loglevel",
         "INFO",
     ]
-    _exec_celery(defaults + extra)
+    count = processes if processes is not None else default_processes()
+    if count == 1 or asks_help:
+        _exec_celery(defaults + extra)
+    # One interpreter per core (worker/cli/supervisor.py), each with its own node name.
+    commands = [_celery_command(child_arguments(defaults + extra, index)) for index in range(1, count + 1)]
+    return Supervisor(commands=commands).run()
 
 
 def cmd_beat(args: argparse.Namespace, extra: list[str]) -> int:
@@ -267,7 +279,11 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("action", choices=["upgrade"], help="create or migrate the schema")
     db.set_defaults(func=cmd_db)
 
-    sub.add_parser("worker", help="run a worker (extra options go to `celery worker`)", add_help=False)
+    sub.add_parser(
+        "worker",
+        help="run a worker: one process per core (--processes N); other options go to `celery worker`",
+        add_help=False,
+    )
     sub.add_parser("beat", help="run the sweeper schedule (extra options go to `celery beat`)", add_help=False)
     sub.add_parser("flower", help="run Flower with authentication (extra options go to Flower)", add_help=False)
 

@@ -117,6 +117,9 @@ class EventPrinter:
         elif kind == EventType.TOOL:
             tool = event.get("tool") or {}
             self._note(f"[tool {tool.get('name')} {tool.get('status')}]")
+        elif kind == EventType.RETRY and event.get("waiting"):
+            # The model service (or the model's shared limits) said "not now": nothing failed.
+            self._note(f"[waiting: {event.get('error')}]")
         elif kind == EventType.RETRY:
             # The error comes last: it is a sentence of its own, with its own full stop.
             self._note(f"[attempt {event.get('attempt')} failed, retrying: {event.get('error')}]")

@@ -95,6 +95,15 @@ class LogHooks(hooks.TurnHooks):
             )
         elif event.cause is RetryCause.BUSY:
             self.log.info("turn %s: running elsewhere, checking again in %.1fs", turn.turn_id, event.delay)
+        elif event.cause is RetryCause.PROVIDER:
+            self.log.info(
+                "turn %s: the model service said not now, trying again in %.1fs: %s",
+                turn.turn_id,
+                event.delay,
+                event.error,
+            )
+        elif event.cause is RetryCause.SLOT:
+            self.log.debug("turn %s: waiting %.2fs for a slot: %s", turn.turn_id, event.delay, event.error)
         else:
             self.log.warning(
                 "turn %s: infrastructure error, retrying in %.0fs: %s", turn.turn_id, event.delay, event.error

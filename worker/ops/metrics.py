@@ -16,6 +16,12 @@ each child would count alone, which is one more reason chatq defaults to threads
 | chatq_sweeper_actions_total | counter | action | resent (lost messages) and expired_lease (dead workers) |
 | chatq_messages_set_aside_total | counter | queue | malformed queue items refused and moved to `chatq.dead` |
 | chatq_queue_depth | gauge | queue | messages waiting in Redis per queue, read at scrape time |
+| chatq_provider_requests_total | counter | model | turns given a slot under the model's limits |
+| chatq_provider_refusals_total | counter | model, status | 429, 502/503/504/529, unreachable, timeout |
+| chatq_provider_slot_waits_total | counter | model, reason | turns put back to wait for a slot, and why |
+| chatq_provider_slot_wait_seconds_total | counter | model | seconds turns were told to wait for a slot |
+| chatq_provider_allowed_rpm, _tpm, _concurrency | gauge | model | allowed now, fleet-wide (0: unlimited) |
+| chatq_provider_in_flight | gauge | model | slots held across the fleet, read at scrape time |
 """
 
 from __future__ import annotations
@@ -53,6 +59,17 @@ IN_FLIGHT = Gauge("chatq_turns_in_flight", "Turns this worker is running now.")
 SWEEPER = Counter("chatq_sweeper_actions_total", "Sweeper actions.", ["action"])
 SET_ASIDE = Counter(
     "chatq_messages_set_aside_total", "Queue items refused as malformed and moved to chatq.dead.", ["queue"]
+)
+
+PROVIDER_REQUESTS = Counter(
+    "chatq_provider_requests_total", "Turns given a slot under the model's shared limits.", ["model"]
+)
+PROVIDER_REFUSALS = Counter(
+    "chatq_provider_refusals_total", "Refusals by the model service (429, 503, ...).", ["model", "status"]
+)
+SLOT_WAITS = Counter("chatq_provider_slot_waits_total", "Turns put back to wait for a slot.", ["model", "reason"])
+SLOT_WAIT_SECONDS = Counter(
+    "chatq_provider_slot_wait_seconds_total", "Seconds turns were told to wait for a slot.", ["model"]
 )
 
 
@@ -110,6 +127,31 @@ class QueueDepthCollector(Collector):
         yield family
 
 
+class ProviderLimitsCollector(Collector):
+    """Reads what the fleet allows each recently used model from Redis when Prometheus scrapes."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        names = ("rpm", "tpm", "concurrency", "in_flight")
+        families = {
+            name: GaugeMetricFamily(
+                f"chatq_provider_{'in_flight' if name == 'in_flight' else 'allowed_' + name}",
+                f"Model limit {name} across the fleet (0: unlimited).",
+                labels=["model"],
+            )
+            for name in names
+        }
+        try:
+            from worker.runtime import limits
+
+            for scope in limits.known_scopes():
+                now = limits.state(scope)
+                for name, value in zip(names, (now.rpm, now.tpm, now.max_concurrent, now.in_flight), strict=True):
+                    families[name].add_metric([scope.model], float(value))
+        except Exception as exc:  # a scrape must not fail because Redis blinked
+            log.debug("provider limits unavailable: %s", exc)
+        yield from families.values()
+
+
 _started: dict[str, Any] = {}
 _lock = threading.Lock()
 
@@ -133,6 +175,7 @@ def serve_metrics(port: int | None = None, addr: str | None = None) -> int | Non
         if "collector" not in _started:
             collector = QueueDepthCollector()
             REGISTRY.register(collector)
+            REGISTRY.register(ProviderLimitsCollector())
             _started["collector"] = collector
         start_http_server(port, addr=addr)
         _started.update(pid=os.getpid(), port=port)

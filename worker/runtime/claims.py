@@ -1,7 +1,8 @@
 """Every transition of a turn's status, and nothing else writes `turns.status`.
 
 insert (`insert_turn`, `ensure_turn`, `insert_queued_turns`) -> queued; claim (`claim_turn`) ->
-running; retry and hand back (`requeue_turn`) -> queued; complete (`complete_turn`) -> succeeded;
+running; retry and hand back (`requeue_turn`) and waiting for the model service or a slot of its
+limits (`hold_turn`) -> queued; complete (`complete_turn`) -> succeeded;
 fail or cancel (`finish_turn`, `request_cancel`) -> failed / cancelled; take over (a lease ran out:
 `take_over` for the sweeper, or a claim) -> queued or running again, or failed as poison.
 A finished turn never changes again: every statement here matches only unfinished turns.
@@ -277,6 +278,32 @@ def requeue_turn(claim: Claim, *, error: str | None = None, hand_back: bool = Fa
                 lone_crashes=0,
                 crash_hosts=[],
                 attempts=Turn.attempts - 1 if hand_back else Turn.attempts,
+            )
+            .returning(Turn.id)
+        ).scalar_one_or_none()
+        return done is not None
+
+
+def hold_turn(claim: Claim, *, seconds: float) -> bool:
+    """Put an owned turn back to wait `seconds` for the model service or a slot of its limits; False if not owned.
+
+    As for a hand-back, the attempt is given back: the invocation neither failed nor finished.
+    `enqueued_at` is set to when its delayed message is due, so the sweeper does not take a turn
+    sitting out a long Retry-After for one whose message was lost.
+    """
+    with connection_scope() as db:
+        done = db.execute(
+            update(Turn)
+            .where(_owned(claim))
+            .values(
+                status=TurnStatus.QUEUED,
+                lease_token=None,
+                lease_expires_at=None,
+                enqueued_at=func.now() + timedelta(seconds=max(seconds, 0.0)),
+                deliveries=0,
+                lone_crashes=0,
+                crash_hosts=[],
+                attempts=Turn.attempts - 1,
             )
             .returning(Turn.id)
         ).scalar_one_or_none()

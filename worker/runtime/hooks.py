@@ -21,7 +21,8 @@ The points of one delivery, in order (each payload is a frozen value; `Facts` na
     ended                             the attempt is over (exactly once after every `started`)
 
 A delivery that runs no attempt emits `before_claim` and then at most one of `rejected` (an
-invalid message), `retried` (cause `busy`: an earlier turn of the session runs elsewhere),
+invalid message), `retried` (cause `busy`: an earlier turn of the session runs elsewhere; cause
+`slot`: its model has no slot free under the shared limits),
 `failed` / `cancelled` (`at_claim`: the turn had ended before it could run), `handed_back`
 (`running` False: the worker was shutting down). An outage (Postgres or Redis unreachable) ends
 the attempt with `ended` (outcome `raised`) and then `retried` (cause `outage`).

@@ -7,7 +7,12 @@ One frozen value built from `Settings` decides all three cases a turn is deliver
 - an outage (Postgres or Redis unreachable): retried without limit, backing off exponentially up
   to a cap, since the turn is not at fault and uses up no attempt;
 - the session is busy with an earlier turn running elsewhere: checked again when that turn's
-  lease would run out, plus a small margin.
+  lease would run out, plus a small margin;
+- the model service refused for now (429, 503/529, unreachable, a timeout before the first
+  token): tried again after the wait it asked for (else backing off), with jitter, using up no
+  attempt, until `CHATQ_PROVIDER_PATIENCE` seconds of refusals have passed;
+- the model's shared limits have no slot free (`worker.runtime.limits`): tried again when the
+  limiter says, never giving up (a long batch waits its turn; that is not a failure).
 
 Pure: no services, no Celery. `worker.runtime.runner` and `worker.runtime.tasks` ask it; nothing else decides.
 """
@@ -26,6 +31,8 @@ class RetryCause(enum.StrEnum):
     AGENT_FAILURE = "agent_failure"
     OUTAGE = "outage"
     BUSY = "busy"
+    PROVIDER = "provider"
+    SLOT = "slot"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,11 +63,23 @@ class RetryPolicy:
     """Doublings after which the outage back-off stops growing (1, 2, 4, ... 32 s, capped)."""
     busy_margin: float = 0.5
     """Seconds added to a busy session's wait, so the next look comes after the lease ran out."""
+    provider_patience: float = 900.0
+    """Seconds of refusals by the model service after which a turn fails (`CHATQ_PROVIDER_PATIENCE`)."""
+    provider_base: float = 1.0
+    """Wait after a refusal that named none; doubled on each further refusal of the turn."""
+    provider_cap: float = 60.0
+    """Longest wait between tries when the service named none."""
+    provider_jitter: float = 0.2
+    """Up to this fraction is added to the wait, so refused turns do not come back together."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RetryPolicy:
         """The policy the worker's configuration describes."""
-        return cls(max_attempts=settings.max_attempts, agent_delay=settings.retry_delay)
+        return cls(
+            max_attempts=settings.max_attempts,
+            agent_delay=settings.retry_delay,
+            provider_patience=settings.provider_patience,
+        )
 
     def after_agent_failure(self, attempt: int) -> RetryDecision:
         """After invocation number `attempt` (1-based) raised `AgentInvocationError`."""
@@ -76,6 +95,22 @@ class RetryPolicy:
     def when_busy(self, seconds: float | None) -> RetryDecision:
         """The session's earlier turn runs elsewhere, its lease good for `seconds` more (None: unknown)."""
         return RetryDecision(cause=RetryCause.BUSY, retry=True, delay=max(seconds or 0.0, 0.0) + self.busy_margin)
+
+    def when_provider_busy(
+        self, retry_after: float | None, *, refusals: int, busy_for: float, jitter: float
+    ) -> RetryDecision:
+        """The service refused the turn's `refusals`-th try (1-based), asking for `retry_after` seconds
+        (None: it did not say), `busy_for` seconds after its first refusal; `jitter` is in [0, 1)."""
+        if retry_after is None:
+            retry_after = min(self.provider_cap, self.provider_base * 2 ** min(max(refusals - 1, 0), 6))
+        delay = max(retry_after, 0.05) * (1.0 + self.provider_jitter * min(max(jitter, 0.0), 1.0))
+        if busy_for + delay > self.provider_patience:
+            return RetryDecision(cause=RetryCause.PROVIDER, retry=False, delay=0.0)
+        return RetryDecision(cause=RetryCause.PROVIDER, retry=True, delay=delay)
+
+    def when_no_slot(self, wait: float) -> RetryDecision:
+        """The model's shared limits have no slot for `wait` seconds (the limiter spaced the waiters)."""
+        return RetryDecision(cause=RetryCause.SLOT, retry=True, delay=max(wait, 0.01))
 
 
 def retry_policy() -> RetryPolicy:

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from chatq.settings import mask_secrets
 from handlers.base import AgentMessage, StreamEvent, StreamEventKind, Usage
 from handlers.context import running_turn
-from handlers.errors import AgentInvocationError, HandlerError, UnknownFramework
+from handlers.errors import AgentInvocationError, HandlerError, ProviderBusy, UnknownFramework
 from models.tables import TurnStatus
 from worker.errors import ConfigError, HandBack, InvalidTurn, LeaseLost, SessionDeleted, TurnCancelled
 from worker.events import EventType, TextCoalescer, TurnEvents
 from worker.ops.logs import set_attempt, turn_context
 from worker.payload import TurnRequest
-from worker.runtime import claims, hooks, turns
+from worker.runtime import claims, hooks, provider, turns
 from worker.runtime.dispatch import kick_next, send_next, send_turn
 from worker.runtime.hooks import Facts
 from worker.runtime.leases import TurnLease, handing_back
@@ -48,6 +48,7 @@ class Outcome(enum.StrEnum):
     BUSY = "busy"
     LOST = "lost"
     HANDED_BACK = "handed_back"
+    WAITING = "waiting"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,11 +58,13 @@ class Result:
     outcome: Outcome
     """What happened."""
     retry_after: float | None = None
-    """For RETRY and BUSY: seconds after which the task should be delivered again."""
+    """For RETRY, BUSY and WAITING: seconds after which the task should be delivered again."""
     attempt: int = 0
     """The handler invocation this delivery ran (0 if none)."""
     error: str | None = None
     """For FAILED: why, as the turn stored or the rejection said it."""
+    tokens: int = 0
+    """For SUCCEEDED: the total tokens the model service reported (they correct the shared limits)."""
 
 
 def execute_turn(request: TurnRequest, *, queue: str, worker: str, runtime: Runtime | None = None) -> Result:
@@ -138,7 +141,31 @@ def _execute(request: TurnRequest, *, queue: str, worker: str, runtime: Runtime)
     if claimed.claim is None:
         log.debug("turn %s: nothing to claim (%s)", request.turn_id, status.value)
         return Result(outcome=Outcome.SKIPPED)
-    return run_claimed(claimed.claim, runtime=runtime)
+    return run_admitted(claimed.claim, runtime=runtime)
+
+
+def run_admitted(claim: claims.Claim, *, runtime: Runtime) -> Result:
+    """Run a claimed turn once its model's shared limits give it a slot (`worker.runtime.provider`),
+    else put it back to wait for one without holding this thread."""
+    try:
+        admission = provider.admit(claim)
+    except Exception:
+        # Redis unreachable: give the turn back now (else it waits for its lease to run out).
+        with contextlib.suppress(Exception):
+            claims.requeue_turn(claim, hand_back=True)
+        raise
+    if admission.waiting:
+        decision = provider.hold(claim, admission)
+        if decision is None:
+            return Result(outcome=Outcome.LOST, attempt=claim.attempt)
+        return Result(outcome=Outcome.WAITING, retry_after=decision.delay)
+    result: Result | None = None
+    try:
+        result = run_claimed(claim, runtime=runtime)
+        return result
+    finally:
+        succeeded = result is not None and result.outcome is Outcome.SUCCEEDED
+        provider.finish(admission, claim, succeeded=succeeded, tokens=result.tokens if result else 0)
 
 
 def run_claimed(claim: claims.Claim, *, runtime: Runtime | None = None) -> Result:
@@ -202,6 +229,8 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
     except LeaseLost:
         registry.lost(hooks.Lost(turn=Facts.of_claim(claim), storing=False))
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
+    except ProviderBusy as exc:
+        return wait_for_provider(claim, events, exc, runtime=runtime)
     except AgentInvocationError as exc:
         return handle_agent_failure(claim, events, exc, runtime=runtime)
     except (UnknownFramework, InvalidTurn, HandlerError, ConfigError) as exc:
@@ -255,7 +284,7 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
         )
     )
     send_next(completed.next_turn)
-    return Result(outcome=Outcome.SUCCEEDED, attempt=claim.attempt)
+    return Result(outcome=Outcome.SUCCEEDED, attempt=claim.attempt, tokens=usage.get("total_tokens", 0))
 
 
 def run_handler(
@@ -282,10 +311,12 @@ def run_handler(
     final: StreamEvent | None = None
     event = first
     first_text = True
+    streamed = False
     try:
         while event is not None:
             check_lease(lease)
             if event.kind == StreamEventKind.TEXT:
+                streamed = streamed or bool(event.text)
                 if first_text and event.text and started is not None:
                     first_text = False
                     registry.first_text(hooks.FirstText(turn=Facts.of_claim(claim), seconds=time.monotonic() - started))
@@ -302,6 +333,11 @@ def run_handler(
             elif event.kind == StreamEventKind.FINAL:
                 final = event
             event = next(stream, None)
+    except ProviderBusy as exc:
+        if streamed:
+            # Text reached consumers: not back-pressure any more, the ordinary retry-once rule applies.
+            raise AgentInvocationError(exc.message) from exc
+        raise
     finally:
         coalescer.flush()
         close = getattr(stream, "close", None)
@@ -349,6 +385,18 @@ def handle_agent_failure(
             return Result(outcome=Outcome.RETRY, retry_after=decision.delay, attempt=claim.attempt)
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     return fail(claim, events, error, runtime=runtime)
+
+
+def wait_for_provider(claim: claims.Claim, events: TurnEvents, exc: ProviderBusy, *, runtime: Runtime) -> Result:
+    """The model service refused before the first text: wait as the policy says, or fail when patience ran out."""
+    if not runtime.settings.provider_limits:
+        return handle_agent_failure(claim, events, exc, runtime=runtime)
+    decision = provider.on_busy(claim, events, exc)
+    if decision is None:
+        return Result(outcome=Outcome.LOST, attempt=claim.attempt)
+    if not decision.retry:
+        return fail(claim, events, provider.patience_error(exc), runtime=runtime)
+    return Result(outcome=Outcome.WAITING, retry_after=decision.delay, attempt=claim.attempt)
 
 
 def fail(claim: claims.Claim, events: TurnEvents, error: str, *, runtime: Runtime | None = None) -> Result:

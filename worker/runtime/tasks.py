@@ -60,8 +60,9 @@ def run_turn(self: Task[Any, Any], *args: Any, **kwargs: Any) -> str:
     except INFRASTRUCTURE_ERRORS as exc:
         decision = retry_after_outage(request, exc, self.request.retries, runtime=runtime)
         raise self.retry(exc=exc, countdown=decision.delay, queue=queue, **_hidden(kwargs)) from None
-    if result.outcome in (Outcome.RETRY, Outcome.BUSY):
-        # The runner asked the policy; its delay is on the result.
+    if result.outcome in (Outcome.RETRY, Outcome.BUSY, Outcome.WAITING):
+        # The runner asked the policy; its delay is on the result. A WAITING turn (the model service
+        # or its shared limits said "not now") is re-sent with a countdown: no thread waits for it.
         countdown = result.retry_after if result.retry_after is not None else runtime.retry.agent_delay
         raise self.retry(countdown=countdown, queue=queue, **_hidden(kwargs))
     if result.outcome is Outcome.FAILED:

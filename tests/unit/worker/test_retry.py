@@ -50,3 +50,24 @@ def test_policies_and_decisions_are_frozen_values() -> None:
         RetryPolicy().max_attempts = 5  # type: ignore[misc]
     with pytest.raises(TypeError):
         RetryPolicy(3)  # type: ignore[misc]  # keyword-only
+
+
+def test_a_busy_provider_is_waited_out_as_it_asks_with_jitter_until_patience_runs_out() -> None:
+    policy = RetryPolicy(provider_patience=60.0, provider_jitter=0.2)
+    asked = policy.when_provider_busy(5.0, refusals=1, busy_for=0.0, jitter=0.0)
+    assert asked == RetryDecision(cause=RetryCause.PROVIDER, retry=True, delay=5.0)
+    assert policy.when_provider_busy(5.0, refusals=1, busy_for=0.0, jitter=0.999).delay == pytest.approx(6.0, 0.01)
+    # Not said: back off per refusal of the turn, to a cap.
+    unsaid = [policy.when_provider_busy(None, refusals=n, busy_for=0.0, jitter=0.0).delay for n in range(1, 9)]
+    assert unsaid == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]
+    assert not policy.when_provider_busy(5.0, refusals=9, busy_for=56.0, jitter=0.0).retry
+
+
+def test_waiting_for_a_slot_never_gives_up() -> None:
+    decision = RetryPolicy().when_no_slot(120.0)
+    assert decision == RetryDecision(cause=RetryCause.SLOT, retry=True, delay=120.0)
+
+
+def test_patience_comes_from_the_settings() -> None:
+    with environ(CHATQ_PROVIDER_PATIENCE="42"):
+        assert retry_policy().provider_patience == 42.0

@@ -1,0 +1,252 @@
+"""A batch against a rate-limited provider: failed turns, throughput against the limit, 429 share.
+
+`python -m bench.provider_limits [--turns 600] [--rpm 300] [--variants adaptive,configured,baseline]`
+(also `python -m bench provider_limits`). The model service is the test stub with a server-wide
+requests-per-minute limit (a token bucket holding one second's worth, as providers enforce a
+per-minute limit over short windows), answering 429 with `Retry-After` and `x-ratelimit-*`
+headers. Two `chatq worker` processes (8 threads each) run a batch of one-turn sessions on the
+`chatq.batch` queue; half-way through, one interactive turn is submitted and its wait for a slot
+(submit to its `started` event) is measured against the limit's interval (60 / rpm seconds).
+
+Variants, each on fresh services in the same run:
+
+- `adaptive`: no `CHATQ_MODEL_LIMITS` (the fleet learns the limit from the 429s);
+- `configured`: `CHATQ_MODEL_LIMITS={"MODEL": {"rpm": RPM}}`;
+- `baseline`: `CHATQ_PROVIDER_LIMITS=off`, the behaviour before this change (a 429 is an agent
+  failure, retried once a second later, then the turn fails).
+
+Throughput is completed turns per minute over the batch's span (first submit to last finish) and
+over its steady state (after the first minute), divided by the limit. Nothing asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import urllib.request
+import uuid
+from typing import Any
+
+from bench.common import Block, Subprocess, chatq_worker, isolated_services, log, print_block, run_warmup, use_stub
+
+MODEL = "gpt-4o-mini"
+WARMUP_MODEL = "warm-up"
+"""A model name of its own for the warm-up turns, so the batch's model starts with no limits state."""
+VARIANTS = ("adaptive", "configured", "baseline")
+
+
+class LimitedStub(Subprocess):
+    """tests.support.openai_stub with server-wide limits, in its own process."""
+
+    def __init__(self, *, rpm: float, latency: float) -> None:
+        command = [sys.executable, "-m", "tests.support.openai_stub", "--rpm", str(rpm), "--latency", str(latency)]
+        super().__init__("limited-stub", [*command, "--record", "off"], os.environ, ready="http://")
+        self.base_url = ""
+
+    def start(self, timeout: float = 30.0) -> LimitedStub:
+        super().start(timeout)
+        self.base_url = self.log().strip().splitlines()[0]
+        return self
+
+    def answers(self) -> list[tuple[float, int]]:
+        """(time, status) of every request the stub answered, read from its counts."""
+        with urllib.request.urlopen(self.base_url.removesuffix("/v1") + "/_provider/answers", timeout=10) as r:
+            return [(float(at), int(status)) for at, status in json.loads(r.read())]
+
+
+def run_variant(variant: str, *, turns: int, rpm: float, latency: float) -> dict[str, Any]:
+    """One batch on fresh services; returns its figures."""
+    from models.db import session_scope
+    from models.tables import Turn
+    from worker.producer import create_session, submit_turn
+
+    with isolated_services(f"provider_{variant}") as services, LimitedStub(rpm=rpm, latency=latency) as stub:
+        stub.start()
+        use_stub(stub.base_url)
+        env = {**services, "OPENAI_BASE_URL": stub.base_url, "CHATQ_PROVIDER_PATIENCE": "900"}
+        if variant == "configured":
+            env["CHATQ_MODEL_LIMITS"] = json.dumps({MODEL: {"rpm": rpm}})
+        if variant == "baseline":
+            env["CHATQ_PROVIDER_LIMITS"] = "off"
+        workers = [chatq_worker(concurrency=8, env=env, name=f"prov{i}") for i in range(2)]
+        try:
+            for worker in workers:
+                worker.start()
+            # A few turns first, so each worker has imported its model client before the batch: the
+            # first turn of a process spends a second or two importing it, and the requests whose slots
+            # were granted meanwhile would leave together afterwards.
+            run_warmup(None, [WARMUP_MODEL], turns_each=6)
+            time.sleep(2.0)  # the provider's bucket refills; the warm-up's requests are not counted
+            sessions = [create_session(framework="none", model=MODEL) for _ in range(turns)]
+            started = time.time()
+            ids = [submit_turn(s, f"turn {i}", queue="chatq.batch").turn_id for i, s in enumerate(sessions)]
+            interactive: dict[str, float] = {}
+            deadline = time.monotonic() + turns * 60.0 / rpm * 3 + 120
+            while time.monotonic() < deadline:
+                done = _finished(ids)
+                if not interactive and done >= turns // 2:
+                    session = create_session(framework="none", model=MODEL)
+                    interactive["submitted"] = time.time()
+                    interactive["turn"] = submit_turn(session, "an interactive question").turn_id.int
+                if done >= turns:
+                    break
+                time.sleep(0.5)
+            with session_scope() as db:
+                rows = db.query(Turn.status, Turn.finished_at).filter(Turn.id.in_(ids)).all()
+            waited = _interactive_wait(interactive)
+            answers = [(at, status) for at, status in stub.answers() if at >= started]
+        finally:
+            for worker in workers:
+                worker.stop()
+    finished = [row.finished_at.timestamp() for row in rows if row.finished_at is not None]
+    succeeded = sum(1 for row in rows if row.status.value == "succeeded")
+    failed = sum(1 for row in rows if row.status.value == "failed")
+    span = max(finished) - started if finished else float("nan")
+    steady = [at for at in finished if at >= started + 60]
+    steady_span = max(steady) - (started + 60) if len(steady) > 1 else float("nan")
+    late = [status for at, status in answers if at >= started + 60]
+    return {
+        "variant": variant,
+        "turns": turns,
+        "succeeded": succeeded,
+        "failed": failed,
+        "unfinished": turns - succeeded - failed,
+        "throughput": succeeded / span * 60 / rpm if finished else 0.0,
+        "steady_throughput": len(steady) / steady_span * 60 / rpm if not math.isnan(steady_span) else float("nan"),
+        "requests": len(answers),
+        "refused_share": sum(1 for _, s in answers if s != 200) / max(len(answers), 1),
+        "refused_share_after_1min": sum(1 for s in late if s != 200) / max(len(late), 1),
+        "refused_at": [round(at - started, 2) for at, status in answers if status != 200][:20],
+        "interactive_wait": waited,
+        "interval": 60.0 / rpm,
+        "span": span,
+    }
+
+
+def _finished(ids: list[uuid.UUID]) -> int:
+    from sqlalchemy import func, select
+
+    from models.db import session_scope
+    from models.tables import Turn, TurnStatus
+
+    with session_scope() as db:
+        return int(
+            db.execute(
+                select(func.count())
+                .select_from(Turn)
+                .where(Turn.id.in_(ids), Turn.status.in_([TurnStatus.SUCCEEDED, TurnStatus.FAILED]))
+            ).scalar_one()
+        )
+
+
+def _interactive_wait(interactive: dict[str, float]) -> float:
+    """Seconds from the interactive turn's submit to its `started` event (the slot it got)."""
+    if not interactive:
+        return float("nan")
+    from worker.events import get_redis, turn_stream
+
+    turn_id = uuid.UUID(int=int(interactive["turn"]))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for _, fields in get_redis().xrange(turn_stream(turn_id)):
+            event = json.loads(fields[b"event"])
+            if event["type"] == "started":
+                return float(event["ts"]) - interactive["submitted"]
+        time.sleep(0.2)
+    return float("nan")
+
+
+def blocks(results: list[dict[str, Any]]) -> list[Block]:
+    """The figures as benchmark blocks: throughput and 429 share against the targets, the rest informational."""
+    base = next((r for r in results if r["variant"] == "baseline"), None)
+    out: list[Block] = []
+    targets = {"adaptive": (0.9, 0.05), "configured": (0.95, 0.01)}
+    for r in results:
+        name = f"provider_limits.{r['variant']}"
+        rpm = 60.0 / r["interval"]
+        details = {k: v for k, v in r.items() if k not in ("variant", "refused_at")}
+        throughput_target, refused_target = targets.get(r["variant"], (None, None))
+        out.append(
+            Block(
+                name=f"{name}.throughput",
+                target=f"completed turns/min >= {throughput_target} of the limit" if throughput_target else "-",
+                figure=r["throughput"] * rpm,
+                baseline=rpm,
+                unit="turns/min",
+                limit=throughput_target,
+                baseline_label="the provider's limit",
+                details=details,
+                higher_is_better=True,
+            )
+        )
+        out.append(
+            Block(
+                name=f"{name}.refused_after_1min",
+                target=f"429 share <= {refused_target:.0%}" if refused_target else "-",
+                figure=r["refused_share_after_1min"],
+                baseline=1.0,
+                unit="share",
+                limit=refused_target,
+                baseline_label="all requests",
+            )
+        )
+        out.append(
+            Block(
+                name=f"{name}.failed",
+                target="0 failed turns",
+                figure=float(r["failed"] + r["unfinished"]),
+                baseline=float(base["failed"] + base["unfinished"]) if base else float(r["turns"]),
+                unit="turns",
+                limit=None if r["variant"] == "baseline" else 0.0,
+                baseline_label="baseline (limits off)" if base else "turns",
+            )
+        )
+        if not math.isnan(r["interactive_wait"]):
+            out.append(
+                Block(
+                    name=f"{name}.interactive_wait",
+                    target="an interactive turn's wait for a slot, against the limit's interval",
+                    figure=r["interactive_wait"],
+                    baseline=r["interval"],
+                    unit="s",
+                    limit=None,
+                    baseline_label="60 / rpm",
+                )
+            )
+    return out
+
+
+def run(quick: bool = False) -> list[Block]:
+    """The benchmark framework's entry (`python -m bench provider_limits`)."""
+    turns, rpm = (200, 300.0) if quick else (600, 300.0)
+    return blocks([run_variant(v, turns=turns, rpm=rpm, latency=0.3) for v in VARIANTS])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=600)
+    parser.add_argument("--rpm", type=float, default=300.0)
+    parser.add_argument("--latency", type=float, default=0.3, help="the stub's seconds before the first byte")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--json", default=None, help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    results = []
+    for variant in [v.strip() for v in args.variants.split(",") if v.strip()]:
+        log(f"provider_limits: {variant}, {args.turns} turns at {args.rpm:g} rpm")
+        result = run_variant(variant, turns=args.turns, rpm=args.rpm, latency=args.latency)
+        log(json.dumps(result))
+        results.append(result)
+    for block in blocks(results):
+        print_block(block)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""The shared limits' Redis scripts (worker.runtime.limits), against the test run's real Redis."""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from worker.events import get_redis
+from worker.runtime import limits
+from worker.runtime.limits import Scope
+
+
+@pytest.fixture
+def scope_key(chatq_env: dict[str, str]) -> Iterator[str]:
+    key = f"test-{uuid.uuid4().hex[:8]}@http://stub/v1"
+    yield key
+    client = get_redis()
+    client.delete(*Scope(key=key, model="m").keys())
+
+
+def _take(scope: Scope, member: str, *, interactive: bool = False, lease: float = 30.0) -> limits.Grant:
+    return limits.acquire(scope, member, interactive=interactive, hint_tokens=100, lease_seconds=lease)
+
+
+def test_a_concurrency_limit_hands_out_its_slots_and_takes_them_back(scope_key: str) -> None:
+    scope = Scope(key=scope_key, model="m", max_concurrent=2)
+    assert _take(scope, "a").granted and _take(scope, "b").granted
+    refused = _take(scope, "c")
+    assert not refused.granted and refused.reason == "concurrency" and refused.wait > 0
+    assert limits.state(scope).in_flight == 2
+    limits.release(scope, "a", succeeded=True, seconds=0.5, estimate=100, tokens=80)
+    assert _take(scope, "c").granted
+    # The same turn asking again (a redelivery) does not take a second slot.
+    assert _take(scope, "c").granted and limits.state(scope).in_flight == 2
+
+
+def test_a_slot_whose_holder_died_comes_back_when_its_lease_lapses(scope_key: str) -> None:
+    scope = Scope(key=scope_key, model="m", max_concurrent=1)
+    assert _take(scope, "dead-worker", lease=0.3).granted
+    assert not _take(scope, "next").granted
+    deadline = time.monotonic() + 10
+    while not (grant := _take(scope, "next")).granted and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert grant.granted
+
+
+def test_a_rate_limit_spaces_waiting_batch_turns_one_interval_apart(scope_key: str) -> None:
+    scope = Scope(key=scope_key, model="m", rpm=600)  # one request per 100 ms, a 500 ms burst
+    granted = [_take(scope, f"t{i}").granted for i in range(5)]
+    assert all(granted)
+    waits = [_take(scope, f"w{i}") for i in range(6)]
+    assert not any(w.granted for w in waits) and {w.reason for w in waits} == {"rpm"}
+    gaps = [later.wait - earlier.wait for earlier, later in itertools.pairwise(waits)]
+    assert all(0.09 <= gap <= 0.11 for gap in gaps), gaps
+
+
+def test_a_waiting_interactive_turn_goes_before_batch_turns(scope_key: str) -> None:
+    scope = Scope(key=scope_key, model="m", max_concurrent=1)
+    assert _take(scope, "running").granted
+    interactive = _take(scope, "interactive", interactive=True)
+    assert not interactive.granted
+    limits.release(scope, "running", succeeded=True, seconds=1.0, estimate=100, tokens=100)
+    # The slot is free, but an interactive turn is waiting for it: batch turns wait behind it.
+    batch = _take(scope, "batch")
+    assert not batch.granted and batch.reason == "interactive"
+    assert _take(scope, "interactive", interactive=True).granted
+    limits.release(scope, "interactive", succeeded=True, seconds=1.0, estimate=100, tokens=100)
+    assert _take(scope, "batch").granted
+
+
+def test_a_429_lowers_the_adaptive_limit_and_successes_raise_it(scope_key: str) -> None:
+    scope = Scope(key=scope_key, model="m")
+    assert limits.state(scope).rpm == 0  # unlimited until the service says otherwise
+    # A refusal at a trickle says nothing about the fleet's rate.
+    assert limits.throttled(scope, kind="rate_limited", limit_requests=None, limit_tokens=None).rpm == 0
+    for i in range(20):
+        assert _take(scope, f"t{i}").granted
+    # The service names its limit: the fleet goes to 95% of it.
+    after = limits.throttled(scope, kind="rate_limited", limit_requests=300, limit_tokens=None)
+    assert after.rpm == pytest.approx(285)
+    for i in range(20):
+        limits.release(scope, f"t{i}", succeeded=True, seconds=0.2, estimate=100, tokens=100)
+    raised = limits.state(scope).rpm
+    assert 285 < raised <= 0.97 * 300
+
+
+def test_without_a_named_limit_a_429_cuts_rate_and_concurrency_by_beta(scope_key: str) -> None:
+    scope = Scope(key=scope_key, model="m")
+    for i in range(10):
+        assert _take(scope, f"t{i}").granted
+    after = limits.throttled(scope, kind="rate_limited", limit_requests=None, limit_tokens=None)
+    assert after.rpm == pytest.approx(limits.BETA * 10 * 6)  # 10 requests in the last 10 s
+    assert 1 <= after.max_concurrent < 10
+    # One burst of refusals lowers the limit once, not once per refused request.
+    again = limits.throttled(scope, kind="rate_limited", limit_requests=None, limit_tokens=None)
+    assert again.rpm == after.rpm
+
+
+def test_the_batch_bar_says_when_the_provider_holds_turns_back(scope_key: str) -> None:
+    from worker.cli.batch_cli import provider_note
+
+    model = scope_key.partition("@")[0]
+    now = time.time()
+    try:
+        limits.mark_held(model, "rate_limited", now - 1)
+        assert model not in provider_note(now), "a hold that is over is not shown"
+        limits.mark_held(model, "rate_limited", now + 30)
+        assert f"held back by the provider ({model}: 429 rate limited, until " in provider_note(now)
+    finally:
+        get_redis().hdel(limits.HELD_KEY, model)
+
+
+def test_a_token_limit_charges_an_estimate_and_corrects_it_from_the_reported_usage(scope_key: str) -> None:
+    scope = Scope(key=scope_key, model="m", tpm=6000)  # 100 tokens a second
+    first = _take(scope, "a")  # 100 tokens estimated (the hint): one second's worth
+    assert first.granted and first.estimate == 100
+    refused = _take(scope, "b")
+    assert not refused.granted and refused.reason == "tpm" and 0.5 < refused.wait <= 1.0
+    # The reply used 10 tokens, not 100: the 90 charged too many are given back, and the model's
+    # estimate follows what it really uses.
+    limits.release(scope, "a", succeeded=True, seconds=0.2, estimate=first.estimate, tokens=10)
+    second = _take(scope, "b")
+    assert second.granted and second.estimate == 10
