@@ -5,8 +5,8 @@ stop and given a moment to do so), then removes, in one transaction, the session
 of it: turns, messages, knowledge-base attachments (cascades) and paid tool-call records. Kept,
 without content or ids, is what billing needs (`usage_rollups`: token and paid-tool totals per
 day, tenant, model and tool), and the SHA-256 digest of the session id (`deleted_sessions`, for
-TOMBSTONE_DAYS) so that a task message of it still in Redis does not create it again. Then its
-Redis keys go: each turn's replay stream and sent-marker.
+TOMBSTONE_DAYS) so that a task message of it still in Redis does not create it again. Then what
+Redis holds of it goes: each turn's replay stream, sent-marker and provider-limit entries.
 
 A turn still running when its rows went (its worker had not stopped yet) loses its lease: it stores
 nothing, and `ForgetDeletedTurns` (a lifecycle hook) removes the events it published meanwhile.
@@ -19,6 +19,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from redis import RedisError
 from sqlalchemy import ARRAY, Uuid, bindparam, delete, func, select, text
@@ -148,19 +149,39 @@ def _delete_sessions(db: Session, session_ids: Sequence[uuid.UUID], *, reason: s
     return turn_ids
 
 
+LIMIT_SETS = "chatq:limits:*"
+"""The provider limits' per-model sets (`worker.runtime.limits.Scope.keys`): their members name turns."""
+
+
 def forget_turns(turn_ids: Sequence[uuid.UUID]) -> None:
-    """Remove the Redis keys of deleted turns: replay streams and sent-markers (best effort, in pages)."""
+    """Remove what Redis holds of deleted turns (best effort, in pages): their replay streams and
+    sent-markers, and their entries in the provider limits' slot, waiting and sent sets."""
+    if not turn_ids:
+        return
     client = get_redis()
-    for start in range(0, len(turn_ids), 500):
-        keys = [
-            key for turn_id in turn_ids[start : start + 500] for key in (turn_stream(turn_id), sent_marker(turn_id))
-        ]
-        try:
-            client.unlink(*keys)
-        except RedisError as exc:
-            # Left behind, they expire by themselves (CHATQ_EVENT_RETENTION, the marker's TTL).
-            log.warning("could not remove the Redis keys of %d deleted turn(s): %s", len(keys) // 2, _line(exc))
-            return
+    try:
+        for start in range(0, len(turn_ids), 500):
+            page = turn_ids[start : start + 500]
+            client.unlink(*[key for turn_id in page for key in (turn_stream(turn_id), sent_marker(turn_id))])
+        _forget_in_limits(client, {str(turn_id) for turn_id in turn_ids})
+    except RedisError as exc:
+        # Left behind, they expire by themselves (CHATQ_EVENT_RETENTION, the marker's and the limits' TTLs).
+        log.warning("could not remove the Redis keys of %d deleted turn(s): %s", len(turn_ids), _line(exc))
+
+
+def _forget_in_limits(client: Any, ids: set[str]) -> None:
+    """Slots and waiters are the turn ids; the sent log's members are `turn_id:ms` (a few seconds' worth)."""
+    for raw in client.scan_iter(match=LIMIT_SETS, count=1000):
+        key = raw.decode() if isinstance(raw, bytes) else str(raw)
+        if key.endswith((":slots", ":iwait")):
+            members = sorted(ids)
+            for start in range(0, len(members), 500):
+                client.zrem(key, *members[start : start + 500])
+        elif key.endswith(":sent"):
+            logged = [m.decode() if isinstance(m, bytes) else str(m) for m in client.zrange(key, 0, -1)]
+            gone = [member for member in logged if member.rpartition(":")[0] in ids]
+            if gone:
+                client.zrem(key, *gone)
 
 
 def purge_idle_sessions(idle_days: float, *, batch: int = PURGE_BATCH, batches: int = PURGE_BATCHES) -> int:
