@@ -76,11 +76,18 @@ worker_cancel_long_running_tasks_on_connection_loss = False
 task_default_queue = "chatq"
 task_default_exchange = "chatq"
 task_default_routing_key = "chatq"
+# Webhook deliveries have a queue of their own, listed last: they use a worker's idle capacity and
+# never delay a turn (and each process sends at most CHATQ_WEBHOOK_CONCURRENCY at once).
 task_queues = (
     Queue("chatq", Exchange("chatq", type="direct"), routing_key="chatq"),
     Queue("chatq.batch", Exchange("chatq.batch", type="direct"), routing_key="chatq.batch"),
+    Queue("chatq.webhooks", Exchange("chatq.webhooks", type="direct"), routing_key="chatq.webhooks"),
 )
-task_routes = {"chatq.run_turn": {"queue": "chatq"}, "chatq.sweep": {"queue": "chatq"}}
+task_routes = {
+    "chatq.run_turn": {"queue": "chatq"},
+    "chatq.sweep": {"queue": "chatq"},
+    "chatq.deliver_webhook": {"queue": "chatq.webhooks"},
+}
 
 # Task events for Flower (and `celery events`): what workers do with each task (received, started,
 # succeeded, failed, retried). Not the producer's `task-sent` event: it was 30 to 40% of the

@@ -106,6 +106,19 @@ class Settings:
     off, a 429 or 503 is an ordinary agent failure (retried once) and nothing paces requests."""
     provider_patience: float = 900.0
     """Seconds a turn keeps waiting while the model service refuses it before it fails (`CHATQ_PROVIDER_PATIENCE`)."""
+    webhook_secret: str | None = field(default=None, repr=False)
+    """Key of the HMAC-SHA256 signature of webhook deliveries (`CHATQ_WEBHOOK_SECRET`; unset: sent unsigned)."""
+    webhook_allow_private: bool = False
+    """Whether webhooks may go to private, loopback and link-local addresses (`CHATQ_WEBHOOK_ALLOW_PRIVATE`)."""
+    webhook_timeout: float = 5.0
+    """Seconds one delivery attempt may take, connecting and answering (`CHATQ_WEBHOOK_TIMEOUT`)."""
+    webhook_retry_for: float = 3_600.0
+    """Seconds after a delivery's first attempt during which it is retried (`CHATQ_WEBHOOK_RETRY_FOR`)."""
+    webhook_backoff: float = 5.0
+    """Seconds before a delivery's first retry, doubling each time up to 10 minutes (`CHATQ_WEBHOOK_BACKOFF`)."""
+    webhook_concurrency: int = 32
+    """Deliveries one worker process sends at once; more wait in the queue (`CHATQ_WEBHOOK_CONCURRENCY`;
+    default a quarter of `CHATQ_WORKER_CONCURRENCY`, so slow receivers never take most turn threads)."""
 
     retention_days: float | None = None
     """Sessions idle longer than this many days are purged by the sweep (`CHATQ_RETENTION_DAYS`; unset: kept)."""
@@ -157,6 +170,7 @@ SECRET_VARIABLES = (
     "DATABASE_URL",
     "REDIS_URL",
     "OPENAI_BASE_URL",
+    "CHATQ_WEBHOOK_SECRET",
 )
 """Variables holding secrets (or URLs with passwords) whose values `mask_secrets` hides wherever they appear."""
 
@@ -167,7 +181,7 @@ MIN_MASKED_CHARS = 4
 def secret_values(env: Mapping[str, str]) -> tuple[str, ...]:
     """The secret values configured in `env`: the API key, gateway tokens, Flower and URL passwords."""
     values: list[str] = []
-    for name in ("OPENAI_API_KEY", "CHATQ_API_TOKEN"):
+    for name in ("OPENAI_API_KEY", "CHATQ_API_TOKEN", "CHATQ_WEBHOOK_SECRET"):
         values.extend(part.strip() for part in (env.get(name) or "").split(","))
     for name in ("FLOWER_BASIC_AUTH", "CHATQ_API_TOKENS"):  # user:password, tenant:token
         for entry in (env.get(name) or "").split(","):
@@ -265,6 +279,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     if database_url.startswith("postgresql://"):
         # Users paste libpq URLs; SQLAlchemy would pick psycopg2, which chatq does not install.
         database_url = "postgresql+psycopg://" + database_url[len("postgresql://") :]
+    concurrency = env_int(env, "CHATQ_WORKER_CONCURRENCY", 128, minimum=1)
     settings = Settings(
         database_url=database_url,
         redis_url=_url(env, "REDIS_URL", DEFAULT_REDIS_URL, ("redis", "rediss", "unix")),
@@ -285,7 +300,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         requeue_grace=env_float(env, "CHATQ_REQUEUE_GRACE", 30.0, minimum=0.0),
         event_retention=env_int(env, "CHATQ_EVENT_RETENTION", 3_600, minimum=600),
         text_coalesce_ms=env_float(env, "CHATQ_TEXT_COALESCE_MS", 0.0, minimum=0.0),
-        worker_concurrency=env_int(env, "CHATQ_WORKER_CONCURRENCY", 128, minimum=1),
+        worker_concurrency=concurrency,
         max_tool_output_chars=env_int(env, "CHATQ_MAX_TOOL_OUTPUT_CHARS", 20_000, minimum=100),
         plugins=_modules(env, "CHATQ_PLUGINS"),
         metrics_port=_port(env, "CHATQ_METRICS_PORT"),
@@ -297,6 +312,12 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         model_limits=parse_model_limits(env.get("CHATQ_MODEL_LIMITS")),
         provider_limits=_switch(env, "CHATQ_PROVIDER_LIMITS", default=True),
         provider_patience=env_float(env, "CHATQ_PROVIDER_PATIENCE", 900.0, minimum=0.0),
+        webhook_secret=(env.get("CHATQ_WEBHOOK_SECRET") or "").strip() or None,
+        webhook_allow_private=_switch(env, "CHATQ_WEBHOOK_ALLOW_PRIVATE", default=False),
+        webhook_timeout=env_float(env, "CHATQ_WEBHOOK_TIMEOUT", 5.0, minimum=0.1, maximum=60.0),
+        webhook_retry_for=env_float(env, "CHATQ_WEBHOOK_RETRY_FOR", 3_600.0, minimum=0.0),
+        webhook_backoff=env_float(env, "CHATQ_WEBHOOK_BACKOFF", 5.0, minimum=0.01),
+        webhook_concurrency=env_int(env, "CHATQ_WEBHOOK_CONCURRENCY", max(1, concurrency // 4), minimum=1),
     )
     return settings
 

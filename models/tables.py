@@ -1,7 +1,7 @@
 """SQLAlchemy 2 typed models of chatq's tables.
 
 The three tables of docs/contract.md ("Data"), then knowledge bases (documents, chunks searchable with
-Postgres full-text search, attachments to sessions) and the record of paid tool calls.
+Postgres full-text search, attachments to sessions), the record of paid tool calls and webhook deliveries.
 """
 
 from __future__ import annotations
@@ -107,6 +107,8 @@ class ChatSession(Base):
     )
     next_turn_position: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
     """Position the next turn gets; bumped under the row lock so concurrent submits never collide."""
+    webhook_url: Mapped[str | None] = mapped_column(Text)
+    """Where each of its turns is POSTed when it ends (a turn's own `webhook_url` takes its place)."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     tenant: Mapped[str | None] = mapped_column(String(64))
     """The tenant whose scoped gateway token created it (CHATQ_API_TOKENS); NULL: created without one."""
@@ -182,6 +184,8 @@ class Turn(Base):
     history_messages: Mapped[int | None] = mapped_column(BigInteger)
     """Messages of those turns. History reads what it left out from the last succeeded turn before
     its boundary instead of counting a long session's rows (`handlers.history`)."""
+    webhook_url: Mapped[str | None] = mapped_column(Text)
+    """Where this turn is POSTed when it ends, instead of its session's `webhook_url`."""
 
 
 class ChatMessage(Base):
@@ -376,3 +380,58 @@ class DeletedSession(Base):
     def digest_of(session_id: uuid.UUID) -> bytes:
         """What is stored for a deleted session: the SHA-256 of its id's 16 bytes."""
         return hashlib.sha256(session_id.bytes).digest()
+
+
+# --- webhooks --------------------------------------------------------------------------------
+
+
+class DeliveryStatus(enum.StrEnum):
+    """Where a webhook delivery is."""
+
+    PENDING = "pending"
+    """Not delivered yet: its first attempt or a retry is due."""
+    DELIVERED = "delivered"
+    """The receiver answered 2xx."""
+    FAILED = "failed"
+    """Given up: the retry window passed, or the URL is refused (a private address)."""
+
+
+class WebhookDelivery(Base):
+    """The POST of an ended turn to its webhook: one per turn, retried under the same id."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        UniqueConstraint("turn_id", name="uq_webhook_deliveries_turn_id"),
+        Index(
+            "ix_webhook_deliveries_pending",
+            "created_at",
+            postgresql_where=text("status = 'pending'"),
+        ),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    """The delivery id (`X-Chatq-Delivery`), the same on every attempt: receivers de-duplicate on it."""
+    turn_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("turns.id", ondelete="CASCADE"))
+    url: Mapped[str] = mapped_column(Text)
+    """Where it goes (the turn's webhook, else its session's, when the turn ended)."""
+    status: Mapped[DeliveryStatus] = mapped_column(
+        Enum(
+            DeliveryStatus,
+            name="delivery_status",
+            native_enum=False,
+            length=16,
+            values_callable=lambda e: [m.value for m in e],
+            create_constraint=True,
+        ),
+        default=DeliveryStatus.PENDING,
+    )
+    body: Mapped[str | None] = mapped_column(Text)
+    """The JSON sent, fixed at the first attempt so every retry sends the same bytes."""
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    last_status_code: Mapped[int | None] = mapped_column(Integer)
+    """The receiver's HTTP status at the last attempt (None: no answer)."""
+    last_error: Mapped[str | None] = mapped_column(Text)
+    """Why the last attempt did not deliver (None once delivered)."""
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    last_attempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -15,6 +15,7 @@ _EXPORTS = {
     "create_session": "worker.producer",
     "submit_turn": "worker.producer",
     "cancel_turn": "worker.producer",
+    "Cancellation": "worker.producer",
     "IfBusy": "worker.producer",
     "Settings": "chatq.settings",
     "get_settings": "chatq.settings",
@@ -22,6 +23,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "Cancellation",
     "ChatqError",
     "IfBusy",
     "Settings",

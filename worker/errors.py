@@ -28,6 +28,7 @@ __all__ = [
     "TurnFailed",
     "TurnNotFound",
     "WaitTimeout",
+    "WebhookRefused",
 ]
 
 
@@ -49,6 +50,10 @@ class WaitTimeout(ChatqError):
 
 class TurnFailed(ChatqError):
     """The turn failed."""
+
+
+class WebhookRefused(InvalidTurn):
+    """The webhook URL is refused: chatq does not send to it."""
 
 
 class MessageRefused(ChatqError):

@@ -24,6 +24,10 @@ TASK_NAME = "chatq.run_turn"
 INTERACTIVE_QUEUE = "chatq"
 BATCH_QUEUE = "chatq.batch"
 QUEUES = (INTERACTIVE_QUEUE, BATCH_QUEUE)
+WEBHOOK_QUEUE = "chatq.webhooks"
+"""The queue of webhook deliveries (`worker.runtime.webhooks`); turns cannot be submitted to it."""
+GUARDED_QUEUES = (*QUEUES, WEBHOOK_QUEUE)
+"""Every queue chatq's workers consume, each item checked before kombu parses it (`worker.runtime.intake`)."""
 KNOWN_FIELDS = frozenset({"turn_id", "session_id", "content", "images", "reply_to"})
 _IMAGE_PREFIXES = ("http://", "https://", "data:image/")
 MAX_MODEL_CHARS = 200

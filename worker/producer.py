@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
-from chatq.settings import get_settings
+from chatq.settings import get_settings, mask_secrets
 from handlers import framework_names
 from models.db import autocommit_scope, session_scope
 from models.knowledge import attach_knowledge_bases
@@ -41,11 +41,14 @@ from worker.payload import (
 from worker.runtime import claims, turns
 from worker.runtime.deletion import DeletedSessionReport, delete_session
 from worker.runtime.dispatch import kick_next, send_turn
+from worker.runtime.webhooks import schedule_delivery
 from worker.sessions import KEEP, Keep, update_session
 from worker.waiting import wait_for_turn
+from worker.webhook_urls import validate_webhook
 
 __all__ = [
     "KEEP",
+    "Cancellation",
     "DeletedSessionReport",
     "IfBusy",
     "Keep",
@@ -104,6 +107,7 @@ def create_session(
     session_id: uuid.UUID | None = None,
     knowledge_bases: Sequence[str] = (),
     tenant: str | None = None,
+    webhook: str | None = None,
 ) -> uuid.UUID:
     """Create a chat session and return its id; `knowledge_bases` (names) are attached in the same transaction.
 
@@ -111,7 +115,9 @@ def create_session(
     another tenant do not find it.
 
     Without `model` the session stores none (NULL): each turn runs on the default model of the
-    worker that runs it (the worker's CHATQ_MODEL, or what its OPENAI_API_KEY implies).
+    worker that runs it (the worker's CHATQ_MODEL, or what its OPENAI_API_KEY implies). With
+    `webhook` (an http(s) URL) each of its turns is POSTed there when it ends, unless the turn
+    names its own (docs/contract.md, "Webhooks").
     """
     frameworks = framework_names()  # the registry, with CHATQ_PLUGINS' frameworks
     if framework not in frameworks:
@@ -121,6 +127,7 @@ def create_session(
     model = validate_model(model)
     system_prompt = validate_system_prompt(system_prompt, settings)
     stored_metadata = validate_metadata(metadata)
+    webhook_url = validate_webhook(webhook, allow_private=settings.webhook_allow_private)
     for name in knowledge_bases:
         if isinstance(name, str):
             check_text(name, "knowledge base name")
@@ -134,6 +141,7 @@ def create_session(
                 system_prompt=system_prompt,
                 metadata_=stored_metadata,
                 tenant=tenant,
+                webhook_url=webhook_url,
             )
         )
         if knowledge_bases:
@@ -151,8 +159,13 @@ def submit_turn(
     turn_id: uuid.UUID | str | None = None,
     queue: str = INTERACTIVE_QUEUE,
     if_busy: IfBusy | str = IfBusy.ENQUEUE,
+    webhook: str | None = None,
 ) -> SubmittedTurn:
-    """Store a turn as queued (with its user message) and send it to the workers."""
+    """Store a turn as queued (with its user message) and send it to the workers.
+
+    With `webhook` (an http(s) URL) the turn is POSTed there when it ends, instead of to its
+    session's webhook.
+    """
     settings = get_settings()
     if queue not in QUEUES:
         raise InvalidTurn(f"unknown queue {queue!r}; choose one of: {', '.join(QUEUES)}")
@@ -167,19 +180,23 @@ def submit_turn(
         images=validate_images(list(images) if images is not None else None, settings),
         reply_to=validate_reply_to(reply_to),
     )
+    webhook_url = validate_webhook(webhook, allow_private=settings.webhook_allow_private)
     cancelled: list[uuid.UUID] = []
     try:
-        if busy_policy is IfBusy.ENQUEUE:
+        if busy_policy is IfBusy.ENQUEUE and webhook_url is None:
             # The common case is one statement, so it needs no transaction around it.
             with autocommit_scope() as conn:
                 position = claims.insert_turn(conn, request, queue=queue)
         else:
             with session_scope() as db:
-                # The session row lock first: concurrent submits queue up here before looking at
-                # the session's unfinished turns.
-                turns.lock_session(db, request.session_id)
-                cancelled = _apply_busy_policy(db, request.session_id, busy_policy)
+                if busy_policy is not IfBusy.ENQUEUE:
+                    # The session row lock first: concurrent submits queue up here before looking
+                    # at the session's unfinished turns.
+                    turns.lock_session(db, request.session_id)
+                    cancelled = _apply_busy_policy(db, request.session_id, busy_policy)
                 position = claims.insert_turn(db, request, queue=queue)
+                if webhook_url is not None:
+                    db.execute(update(Turn).where(Turn.id == request.turn_id).values(webhook_url=webhook_url))
     except TurnExists:
         return _resubmission(request)
     for other_id in cancelled:
@@ -226,21 +243,39 @@ def _resubmission(request: TurnRequest) -> SubmittedTurn:
 
 
 def _announce_cancel(turn_id: uuid.UUID) -> None:
-    """Publish `cancelled` for a turn that ended without running (a running one announces itself)."""
+    """Publish `cancelled` for a turn that ended without running, and send its webhook (a running
+    one does both itself)."""
     with session_scope() as db:
         row = db.get(Turn, turn_id)
         if row is None or row.status is not TurnStatus.CANCELLED:
             return
         session_id = row.session_id
     TurnEvents.resume(session_id=session_id, turn_id=turn_id).publish(EventType.CANCELLED, 0)
+    try:
+        schedule_delivery(turn_id)
+    except Exception as exc:  # the cancel stands; only its webhook is lost
+        log.warning("turn %s: could not queue its webhook delivery: %s", turn_id, mask_secrets(str(exc)))
 
 
-def cancel_turn(turn_id: uuid.UUID | str, *, tenant: str | None = None) -> TurnStatus:
-    """Cancel a queued or running turn; returns the status it has now.
+@dataclass(frozen=True, kw_only=True)
+class Cancellation:
+    """What `cancel_turn` did."""
+
+    turn_id: uuid.UUID
+    """The turn."""
+    status: TurnStatus
+    """Its status now: `cancelled`, or `running` while its worker stops it (within about a second)."""
+    already: bool
+    """True: the turn had been cancelled (or asked to stop) before this call, which changed nothing."""
+
+
+def cancel_turn(turn_id: uuid.UUID | str, *, tenant: str | None = None) -> Cancellation:
+    """Cancel a queued or running turn; says whether this call cancelled it or it already was.
 
     A queued turn ends `cancelled` at once and never runs. A running one is asked to stop: its
-    worker notices within about a second (between chunks), stores nothing of it and ends it.
-    With `tenant`, another tenant's turn is not found.
+    worker notices within about a second, closes the model request it waits on (even one that has
+    sent nothing), stores nothing of the turn and ends it. With `tenant`, another tenant's turn is
+    not found.
     """
     turn_uuid = parse_uuid(str(turn_id), "turn_id")
     with session_scope() as db:
@@ -252,11 +287,13 @@ def cancel_turn(turn_id: uuid.UUID | str, *, tenant: str | None = None) -> TurnS
             raise TurnNotFound(f"turn {turn_uuid} does not exist")
         if row.status.finished:
             if row.status is TurnStatus.CANCELLED:
-                return row.status
+                return Cancellation(turn_id=turn_uuid, status=row.status, already=True)
             raise NotCancellable(f"turn {turn_uuid} has already {row.status.value}")
+        if row.cancel_requested:
+            return Cancellation(turn_id=turn_uuid, status=row.status, already=True)
         status, session_id = claims.request_cancel(db, [turn_uuid])[turn_uuid], row.session_id
     if status is TurnStatus.CANCELLED:
         _announce_cancel(turn_uuid)
         kick_next(session_id)
     log.info("turn %s: cancel requested (%s)", turn_uuid, status.value)
-    return status
+    return Cancellation(turn_id=turn_uuid, status=status, already=False)

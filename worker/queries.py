@@ -7,9 +7,10 @@ from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from models.db import session_scope
-from models.tables import ChatMessage, ChatSession, PaidToolCall, Turn, UsageRollup
+from models.tables import ChatMessage, ChatSession, PaidToolCall, Turn, UsageRollup, WebhookDelivery
 from worker.errors import SessionNotFound, TurnNotFound
 from worker.history import message_dict, turn_dict
 from worker.payload import parse_uuid
@@ -35,7 +36,41 @@ def turn_report(turn_id: uuid.UUID | str, *, tenant: str | None = None) -> dict[
         messages = db.execute(
             select(ChatMessage).where(ChatMessage.turn_id == turn_uuid).order_by(ChatMessage.position)
         ).scalars()
-        return turn_dict(turn, [message_dict(row) for row in messages])
+        webhook = _webhook_report(db, turn)
+        return {**turn_dict(turn, [message_dict(row) for row in messages]), "webhook": webhook}
+
+
+def _webhook_report(db: Session, turn: Turn) -> dict[str, Any] | None:
+    """The turn's webhook and its delivery (None: neither the turn nor its session has one)."""
+    delivery = db.execute(select(WebhookDelivery).where(WebhookDelivery.turn_id == turn.id)).scalar_one_or_none()
+    if delivery is None:
+        url = (
+            turn.webhook_url
+            or db.execute(select(ChatSession.webhook_url).where(ChatSession.id == turn.session_id)).scalar_one_or_none()
+        )
+        if url is None:
+            return None
+        # Not ended yet: the delivery is recorded when it ends.
+        return {
+            "url": url,
+            "delivery_id": None,
+            "status": None,
+            "attempts": 0,
+            "last_status_code": None,
+            "last_error": None,
+            "last_attempt_at": None,
+            "delivered_at": None,
+        }
+    return {
+        "url": delivery.url,
+        "delivery_id": str(delivery.id),
+        "status": delivery.status.value,
+        "attempts": delivery.attempts,
+        "last_status_code": delivery.last_status_code,
+        "last_error": delivery.last_error,
+        "last_attempt_at": delivery.last_attempt_at.isoformat() if delivery.last_attempt_at else None,
+        "delivered_at": delivery.delivered_at.isoformat() if delivery.delivered_at else None,
+    }
 
 
 def usage_report(session_id: uuid.UUID | str | None = None, *, batch: str | None = None) -> dict[str, Any]:

@@ -139,8 +139,10 @@ class DictChunkOpenAI(openai.OpenAI):
         return super()._process_response_data(data=data, cast_to=cast_to, **kwargs)
 
 
-def build_client(*, base_url: str | None, api_key: str, timeout: float, max_retries: int) -> openai.OpenAI:
-    """A client with ChatOpenAI's settings for these arguments (it keeps the SDK's HTTP pool defaults):
-    `DictChunkOpenAI` where the shortcut is taken, else a stock `openai.OpenAI`."""
+def build_client(
+    *, base_url: str | None, api_key: str, timeout: float, max_retries: int, http_client: Any = None
+) -> openai.OpenAI:
+    """A client with ChatOpenAI's settings for these arguments (on `http_client` if given, else the
+    SDK's own): `DictChunkOpenAI` where the shortcut is taken, else a stock `openai.OpenAI`."""
     cls = DictChunkOpenAI if ENABLED and GATE.usable() else openai.OpenAI
-    return cls(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
+    return cls(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries, http_client=http_client)

@@ -14,6 +14,7 @@ from sqlalchemy.exc import DBAPIError
 
 from chatq.errors import ConfigError
 from chatq.settings import mask_secrets
+from handlers.abort import current_abort
 from handlers.errors import AgentInvocationError, ProviderBusy, TurnTimeout
 from handlers.provider_headers import read_rate_limit_headers
 
@@ -38,6 +39,10 @@ def invocation_error(exc: BaseException, *, timeout: float) -> AgentInvocationEr
         return exc
     if isinstance(exc, DBAPIError | ConfigError):
         raise exc
+    signal = current_abort()
+    if signal is not None and signal.aborted:
+        # The worker closed the request on purpose (a cancel, shutdown): it says why, not this.
+        return AgentInvocationError(f"The model request was stopped ({signal.reason}).")
     message = _message(exc, timeout)
     busy = provider_busy(exc, message)
     if busy is not None:

@@ -49,6 +49,7 @@ def _openai(model: str, base_url: str | None, api_key: str | None, timeout: floa
     from pydantic import SecretStr
 
     from chatq.shortcuts.openai_client import build_client
+    from handlers.chat_models.http import model_http_client
 
     key = api_key or NO_KEY_PLACEHOLDER
     # chatq retries a failed invocation itself (one retry, with events); a hidden SDK retry
@@ -56,7 +57,11 @@ def _openai(model: str, base_url: str | None, api_key: str | None, timeout: floa
     max_retries = 0
     # Our SDK client keeps streamed chunks as dicts and posts plain-JSON bodies as they are
     # (chatq/shortcuts/openai_client.py).
-    root = build_client(base_url=base_url, api_key=key, timeout=timeout, max_retries=max_retries)
+    # Its requests stop at once when the turn is cancelled (handlers/abortable_http.py).
+    http_client = model_http_client(timeout)
+    root = build_client(
+        base_url=base_url, api_key=key, timeout=timeout, max_retries=max_retries, http_client=http_client
+    )
     return ChatOpenAI(
         model=model,
         base_url=base_url,

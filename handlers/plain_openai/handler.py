@@ -23,6 +23,7 @@ from chatq.errors import ConfigError
 from chatq.settings import ECHO_MODEL, get_settings
 from handlers.base import AgentMessage, BaseAgentHandler, StreamEvent, StreamEventKind, Usage, empty_usage
 from handlers.chat_models.errors import invocation_error  # maps `openai` SDK errors; imports no LangChain
+from handlers.chat_models.http import model_http_client  # imports no LangChain either
 from handlers.context import ToolContext
 from handlers.deadline import Deadline
 from handlers.errors import EMPTY_REPLY, AgentInvocationError, HandlerError
@@ -233,4 +234,12 @@ def _client(model: str) -> openai.OpenAI:
 def _cached_client(base_url: str | None, api_key: str | None, timeout: float) -> openai.OpenAI:
     # One client (and connection pool) per process and configuration. chatq retries a failed
     # invocation itself, with events; a hidden SDK retry would double the wait and break the timeout.
-    return openai.OpenAI(base_url=base_url, api_key=api_key or NO_KEY_PLACEHOLDER, max_retries=0, timeout=timeout)
+    # Its requests stop at once when the turn is cancelled (handlers/abortable_http.py).
+    http_client = model_http_client(timeout)
+    return openai.OpenAI(
+        base_url=base_url,
+        api_key=api_key or NO_KEY_PLACEHOLDER,
+        max_retries=0,
+        timeout=timeout,
+        http_client=http_client,
+    )

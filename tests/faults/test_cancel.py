@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
+from collections.abc import Callable
 
 import pytest
 from sqlalchemy import func, select
@@ -11,6 +13,7 @@ from sqlalchemy import func, select
 from models.db import session_scope
 from models.tables import ChatMessage, Turn, TurnStatus
 from tests.faults.helpers import STUB_MODEL, Workers, event_types, wait_finished, wait_for_event, wait_status
+from tests.support.openai_stub import OpenAIStub
 from tests.support.turns import replay_events, turn_messages
 from worker.errors import SessionBusy
 from worker.producer import cancel_turn, create_session, submit_turn
@@ -43,8 +46,10 @@ def test_a_queued_turn_cancelled_never_runs_and_the_session_moves_on(workers: Wo
     queued = submit_turn(session_id, "never mind this one")
     wait_status(ahead.turn_id, "running", timeout=20)
 
-    assert cancel_turn(queued.turn_id) is TurnStatus.CANCELLED
-    assert cancel_turn(queued.turn_id) is TurnStatus.CANCELLED  # idempotent
+    first = cancel_turn(queued.turn_id)
+    assert first.status is TurnStatus.CANCELLED and not first.already
+    again = cancel_turn(queued.turn_id)  # idempotent, and says so
+    assert again.status is TurnStatus.CANCELLED and again.already
     later = submit_turn(session_id, "and then this [words: 3]")
 
     rows = wait_finished([ahead.turn_id, queued.turn_id, later.turn_id], timeout=45)
@@ -67,7 +72,9 @@ def test_a_running_turn_cancelled_stops_within_two_seconds_and_stores_nothing(wo
     wait_for_event(redis_url, running.turn_id, "text", count=3, timeout=20)
 
     asked_at = time.monotonic()
-    assert cancel_turn(running.turn_id) is TurnStatus.RUNNING
+    asked = cancel_turn(running.turn_id)
+    assert asked.status is TurnStatus.RUNNING and not asked.already
+    assert cancel_turn(running.turn_id).already  # asked to stop already: not a new cancel
     row = wait_status(running.turn_id, "cancelled", timeout=10)
     stop_seconds = time.monotonic() - asked_at
     print(f"\nrunning turn cancelled after {stop_seconds:.2f}s")
@@ -84,6 +91,52 @@ def test_a_running_turn_cancelled_stops_within_two_seconds_and_stores_nothing(wo
         nxt = db.get(Turn, following.turn_id)
     assert nxt is not None and nxt.status.value == "succeeded", nxt.error if nxt else None
     assert [m.role for m in turn_messages(following.turn_id)] == ["user", "assistant"]
+
+
+STALL_SECONDS = 60.0
+"""How long the silent model sends nothing: a cancel must not wait for it."""
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("framework", ["langgraph", "plain_openai"])
+def test_a_turn_whose_model_sends_nothing_is_cancelled_at_once(
+    workers: Workers, redis_url: str, openai_stub: OpenAIStub, framework: str
+) -> None:
+    workers.one()
+    session_id = create_session(framework=framework, model=STUB_MODEL)
+    marker = uuid.uuid4().hex
+    silent = submit_turn(session_id, f"think hard {marker} [sleep: {STALL_SECONDS:g}]")
+    following = submit_turn(session_id, "the next question [words: 3]")
+    # The model has the request and says nothing: the worker is blocked in its socket read.
+    _wait_until(lambda: any(marker in json.dumps(body) for body in openai_stub.requests), timeout=20)
+
+    asked_at = time.monotonic()
+    assert cancel_turn(silent.turn_id).status is TurnStatus.RUNNING
+    wait_status(silent.turn_id, "cancelled", timeout=STALL_SECONDS)
+    stop_seconds = time.monotonic() - asked_at
+    rows = wait_finished([following.turn_id], timeout=STALL_SECONDS)
+    next_done = time.monotonic() - asked_at
+    print(f"\nsilent {framework} turn cancelled after {stop_seconds:.2f}s; next turn done after {next_done:.2f}s")
+    # Without closing the request the cancel would wait out the stall (or the turn timeout).
+    assert stop_seconds < 2.0
+    assert next_done < STALL_SECONDS / 4
+    assert rows[following.turn_id].status.value == "succeeded", rows[following.turn_id].error
+
+    types = event_types(redis_url, silent.turn_id)
+    assert types[-1] == "cancelled" and types.count("cancelled") == 1
+    assert "final" not in types and "error" not in types and "retry" not in types
+    assert [m.role for m in turn_messages(silent.turn_id)] == ["user"]
+    with session_scope() as db:
+        row = db.get(Turn, silent.turn_id)
+        assert row is not None and row.error is None and row.attempts == 1
+    assert [m.role for m in turn_messages(following.turn_id)] == ["user", "assistant"]
+
+
+def _wait_until(condition: Callable[[], bool], *, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
 
 
 @pytest.mark.timeout(60)

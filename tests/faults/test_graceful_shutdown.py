@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 
 import pytest
 
 from tests.faults.helpers import STUB_MODEL, Workers, wait_finished, wait_for_event
+from tests.support.openai_stub import OpenAIStub
 from tests.support.turns import replay_events, turn_messages
 from worker.producer import create_session, submit_turn
 
@@ -53,3 +56,42 @@ def test_sigterm_hands_the_running_turn_back_and_another_worker_finishes_it(work
     # A consumer that drops text on `retry` (SPEC) shows the reply exactly once.
     shown = "".join(event["text"] for event in events[handed_back_at:] if event["type"] == "text")
     assert shown == stored[1].content
+
+
+STALL_SECONDS = 60.0
+"""How long the silent model sends nothing the first time it is asked."""
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_hands_back_a_turn_whose_model_sends_nothing_at_once(
+    workers: Workers, redis_url: str, openai_stub: OpenAIStub
+) -> None:
+    first, second = workers.start(2)
+    session_id = create_session(framework="langgraph", model=STUB_MODEL)
+    key = uuid.uuid4().hex
+    turn = submit_turn(session_id, f"think it over [sleep-once: {key} {STALL_SECONDS:g}] [words: 4]")
+    # The model has the request and says nothing: the worker is blocked in its socket read.
+    deadline = time.monotonic() + 20
+    while not any(key in json.dumps(body) for body in openai_stub.requests):
+        assert time.monotonic() < deadline, "the model never got the request"
+        time.sleep(0.05)
+    leaving = workers.owner_of(turn.turn_id)
+    staying = second if leaving is first else first
+
+    stopped_at = time.monotonic()
+    code = leaving.stop(timeout=STALL_SECONDS)
+    exit_seconds = time.monotonic() - stopped_at
+    row = wait_finished([turn.turn_id], timeout=STALL_SECONDS)[turn.turn_id]
+    done_seconds = time.monotonic() - stopped_at
+    print(
+        f"\nsilent turn: worker exit after SIGTERM {exit_seconds:.2f}s, turn done elsewhere after {done_seconds:.2f}s"
+    )
+    assert code == 0, leaving.log()[-3000:]
+    # Without closing the request the worker would wait out the stall (or its soft shutdown timeout).
+    assert done_seconds < STALL_SECONDS / 4
+    assert row.status.value == "succeeded", row.error
+    assert row.worker is not None and row.worker.startswith(staying.hostname_prefix)
+    assert row.attempts == 1  # a hand-back is not a failed invocation
+    assert [m.role for m in turn_messages(turn.turn_id)] == ["user", "assistant"]
+    types = [event["type"] for event in replay_events(redis_url, turn.turn_id)]
+    assert types.count("retry") == 1 and types[-1] == "final" and "error" not in types

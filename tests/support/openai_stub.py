@@ -23,6 +23,7 @@ server never interfere:
     [ratelimit-times: KEY N]  HTTP 429 with `retry-after-ms: 200` the first N times KEY is seen
     [overloaded-times: KEY N] HTTP 503 with `retry-after: 1` the first N times KEY is seen
     [sleep: S]             wait S seconds before the first byte (a stall)
+    [sleep-once: KEY S]    wait S seconds before the first byte the first time KEY is seen (server-wide)
     [slow: S]              wait S seconds between streamed chunks
     [empty]                empty content and no tool calls
     [words: N]             reply "w1 w2 ... wN"
@@ -253,6 +254,19 @@ class OpenAIStub:
                 return refusal
         return None
 
+    def sleep_once(self, script: Script) -> float:
+        """The `[sleep-once: KEY S]` wait: S seconds the first time KEY is seen, 0 afterwards."""
+        key, _, seconds = script.directives.get("sleep-once", "").rpartition(" ")
+        if not key:
+            return 0.0
+        with self._lock:
+            seen = self._seen.get(f"sleep-once:{key}", 0)
+            self._seen[f"sleep-once:{key}"] = seen + 1
+        try:
+            return max(float(seconds), 0.0) if seen == 0 else 0.0
+        except ValueError:
+            return 0.0
+
     def should_fail(self, script: Script) -> bool:
         if "fail" in script.directives:
             return True
@@ -409,7 +423,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, body: dict[str, Any], messages: list[dict[str, Any]], script: Script, generation: int) -> None:
         owner = self.owner
-        owner.wait(owner.latency + script.seconds("sleep"))
+        owner.wait(owner.latency + script.seconds("sleep") + owner.sleep_once(script))
         try:
             if "unauthorized" in script.directives:
                 key = (self.headers.get("Authorization") or "").partition(" ")[2]

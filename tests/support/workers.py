@@ -70,7 +70,7 @@ class WorkerProcess(ManagedProcess):
         env: Mapping[str, str],
         *,
         concurrency: int = 4,
-        queues: str = "chatq,chatq.batch",
+        queues: str = "chatq,chatq.batch,chatq.webhooks",
         name: str | None = None,
         extra: tuple[str, ...] = (),
         processes: int = 1,

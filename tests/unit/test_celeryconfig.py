@@ -29,7 +29,8 @@ def test_reliability_settings() -> None:
     assert conf.worker_send_task_events is True
     assert conf.broker_transport_options["visibility_timeout"] > 120 * 2
     assert conf.broker_transport_options["queue_order_strategy"] == "priority"
-    assert [q.name for q in conf.task_queues] == ["chatq", "chatq.batch"]
+    assert [q.name for q in conf.task_queues] == ["chatq", "chatq.batch", "chatq.webhooks"]
+    assert conf.task_routes["chatq.deliver_webhook"] == {"queue": "chatq.webhooks"}
 
 
 def test_pool_threads_share_one_result_backend() -> None:

@@ -160,6 +160,7 @@ WORKER_SHARED = {
         "history",
         "sessions",
         "waiting",
+        "webhook_urls",
     )
 }
 WORKER_ROOMS = ("runtime", "ops", "cli", "gateway")

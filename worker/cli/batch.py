@@ -29,6 +29,7 @@ from worker.runtime import claims
 from worker.runtime.dispatch import send_turns
 from worker.runtime.markers import in_queue
 from worker.runtime.turns import runs_next
+from worker.webhook_urls import validate_webhook
 
 SESSIONS = cast(Table, ChatSession.__table__)
 BATCH_NAMESPACE = uuid.UUID("5d0f3c39-1f4e-4c8e-9a53-2b0d0c9e6a71")
@@ -49,6 +50,8 @@ class Conversation:
     """The session's model (None: the default model)."""
     system_prompt: str | None
     """The session's instructions."""
+    webhook: str | None = None
+    """Where each turn of the session is POSTed when it ends (`session.webhook`)."""
     turns: tuple[str, ...]
     """The user messages, in order."""
 
@@ -93,6 +96,9 @@ def parse_line(line_no: int, text: str, settings: Settings) -> Conversation:
     system_prompt = session.get("system_prompt")
     if system_prompt is not None and not isinstance(system_prompt, str):
         raise InvalidTurn('"session.system_prompt" must be a string')
+    webhook = validate_webhook(
+        session.get("webhook"), allow_private=settings.webhook_allow_private, name='"session.webhook"'
+    )
     turns = data.get("turns")
     if not isinstance(turns, list) or not turns:
         raise InvalidTurn('missing "turns" (a non-empty list of user messages)')
@@ -110,6 +116,7 @@ def parse_line(line_no: int, text: str, settings: Settings) -> Conversation:
         framework=framework,
         model=model or None,
         system_prompt=system_prompt,
+        webhook=webhook,
         turns=tuple(checked),
     )
 
@@ -239,6 +246,7 @@ def _insert(batch_id: str, conversations: Sequence[Conversation]) -> set[uuid.UU
                 # None: NULL, the default model of the worker running each turn.
                 "model": conv.model,
                 "system_prompt": conv.system_prompt,
+                "webhook_url": conv.webhook,
                 "metadata": {"batch": batch_id, "conversation": conv.id},
                 "next_turn_position": len(conv.turns),
             }

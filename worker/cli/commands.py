@@ -66,7 +66,11 @@ def cmd_session_create(args: argparse.Namespace) -> int:
     from worker.producer import create_session
 
     session_id = create_session(
-        framework=args.framework, model=args.model, system_prompt=args.system_prompt, knowledge_bases=args.kb
+        framework=args.framework,
+        model=args.model,
+        system_prompt=args.system_prompt,
+        knowledge_bases=args.kb,
+        webhook=args.webhook,
     )
     # Only a warning: the worker, not this terminal, runs the turns and may well have the key.
     if args.model and get_settings().model_unavailable(args.model):
@@ -94,6 +98,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         reply_to=args.reply_to,
         turn_id=args.turn_id,
         if_busy=args.if_busy,
+        webhook=args.webhook,
     )
     if not args.follow:
         if args.json:
@@ -176,6 +181,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         f"usage    {usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion"
         f" = {usage['total_tokens']} tokens"
     )
+    if report.get("webhook"):
+        print(f"webhook  {_webhook_line(report['webhook'])}")
     for message in report["messages"]:
         label = message["role"]
         if message["tool_calls"]:
@@ -186,11 +193,25 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _webhook_line(webhook: dict[str, Any]) -> str:
+    """`chatq show`'s webhook line: where, and how its delivery went."""
+    if webhook["status"] is None:
+        return f"{webhook['url']}  (sent when the turn ends)"
+    last = f"HTTP {webhook['last_status_code']}" if webhook["last_status_code"] is not None else "no answer"
+    line = f"{webhook['url']}  {webhook['status']} after {webhook['attempts']} attempt(s), last {last}"
+    if webhook["last_error"] and webhook["status"] != "delivered":
+        line += f": {webhook['last_error']}"
+    return f"{line}  (delivery {webhook['delivery_id']})"
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     from worker.producer import cancel_turn
 
-    status = cancel_turn(args.turn)
-    if status.value == "cancelled":
+    done = cancel_turn(args.turn)
+    if done.already:
+        cancelled = done.status.value == "cancelled"
+        print(f"turn {args.turn} {'was already cancelled' if cancelled else 'is already stopping (cancel requested)'}")
+    elif done.status.value == "cancelled":
         print(f"turn {args.turn} cancelled")
     else:
         print(f"turn {args.turn} is running; asked it to stop")
@@ -241,7 +262,8 @@ def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
         "--concurrency",
         str(settings.worker_concurrency),
         "--queues",
-        "chatq,chatq.batch",
+        # In this order (queue_order_strategy "priority"): chats, then batches, then webhooks.
+        "chatq,chatq.batch,chatq.webhooks",
         "--task-events",
         "--loglevel",
         "INFO",
@@ -302,6 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument(
         "--kb", action="append", default=[], metavar="KB", help="attach this knowledge base (repeatable)"
     )
+    create.add_argument("--webhook", metavar="URL", help="POST each turn here when it ends (http or https)")
     create.add_argument("--json", action="store_true", help="print JSON")
     create.set_defaults(func=cmd_session_create)
     importlib.import_module("worker.cli.session_cli").register_actions(session_sub)  # list, show, delete
@@ -313,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--image", action="append", metavar="PATH", help="attach an image file or URL (repeatable)")
     submit.add_argument("--reply-to", type=int, metavar="MSG", help="answer this earlier user message (regenerate)")
     submit.add_argument("--if-busy", default="enqueue", choices=["enqueue", "reject", "interrupt"])
+    submit.add_argument("--webhook", metavar="URL", help="POST this turn here when it ends, instead of the session's")
     submit.add_argument("--follow", action="store_true", help="stream the reply; exit 0 on success, 1 on failure")
     submit.add_argument("--json", action="store_true", help="print JSON (with --follow: one event per line)")
     submit.set_defaults(func=cmd_submit)

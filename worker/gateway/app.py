@@ -72,8 +72,8 @@ _ERROR_STATUS: dict[type[ChatqError], int] = {
     KnowledgeBaseNotFound: 422,
 }
 
-SESSION_FIELDS = frozenset({"framework", "model", "system_prompt", "metadata"})
-TURN_FIELDS = frozenset({"content", "images", "reply_to", "turn_id", "if_busy"})
+SESSION_FIELDS = frozenset({"framework", "model", "system_prompt", "metadata", "webhook"})
+TURN_FIELDS = frozenset({"content", "images", "reply_to", "turn_id", "if_busy", "webhook"})
 
 
 # ----------------------------------------------------------------------------------- endpoints
@@ -214,9 +214,17 @@ async def create_session(request: Request) -> Response:
     if metadata is not None and not isinstance(metadata, dict):
         raise HTTPException(422, f"metadata must be an object or null, got {type(metadata).__name__}")
     model, system_prompt = optional_str(data, "model"), optional_str(data, "system_prompt")
+    webhook = optional_str(data, "webhook")
 
     def run() -> uuid.UUID:
-        return create(framework=framework, model=model, system_prompt=system_prompt, metadata=metadata, tenant=tenant)
+        return create(
+            framework=framework,
+            model=model,
+            system_prompt=system_prompt,
+            metadata=metadata,
+            webhook=webhook,
+            tenant=tenant,
+        )
 
     session_id = await threaded(run)
     return JSONResponse(
@@ -281,11 +289,14 @@ async def submit_turn(request: Request) -> Response:
     images, reply_to, turn_id = data.get("images"), data.get("reply_to"), optional_str(data, "turn_id")
     if images is not None and not isinstance(images, list):
         raise HTTPException(422, f"images must be a list of URLs or null, got {type(images).__name__}")
+    webhook = optional_str(data, "webhook")
 
     def run() -> SubmittedTurn:
         if tenant is not None:
             get_session(session_id, tenant=tenant)  # another tenant's session: 404, as if it did not exist
-        return submit(session_id, content, images=images, reply_to=reply_to, turn_id=turn_id, if_busy=if_busy)
+        return submit(
+            session_id, content, images=images, reply_to=reply_to, turn_id=turn_id, if_busy=if_busy, webhook=webhook
+        )
 
     turn = await threaded(run)
     links = {"turn": f"/turns/{turn.turn_id}", "events": f"/turns/{turn.turn_id}/events"}
@@ -335,7 +346,8 @@ async def cancel_turn(request: Request) -> Response:
     summary: Cancel a turn
     description: >-
       A queued turn ends `cancelled` at once; a running one is asked to stop (status `running` here,
-      then its `cancelled` event within about a second).
+      then its `cancelled` event within about a second, even while the model sends nothing). A turn
+      already cancelled, or already asked to stop, answers `already_cancelled: true` and changes nothing.
     tags: [turns]
     parameters:
       - {$ref: "#/components/parameters/TurnId"}
@@ -350,17 +362,17 @@ async def cancel_turn(request: Request) -> Response:
       "409": {$ref: "#/components/responses/Error409"}
       "503": {$ref: "#/components/responses/Error503"}
     """
-    from models.tables import TurnStatus
+    from worker.producer import Cancellation
     from worker.producer import cancel_turn as cancel
 
     tenant = gateway_of(request).authorize(request)
     turn_id = path_uuid(request, "turn_id", "turn")
 
-    def run() -> TurnStatus:
+    def run() -> Cancellation:
         return cancel(turn_id, tenant=tenant)
 
-    status = await threaded(run)
-    return JSONResponse({"turn_id": str(turn_id), "status": status.value})
+    done = await threaded(run)
+    return JSONResponse({"turn_id": str(turn_id), "status": done.status.value, "already_cancelled": done.already})
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

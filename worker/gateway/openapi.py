@@ -148,6 +148,12 @@ BASE_SCHEMA: dict[str, Any] = {
                     },
                     "system_prompt": {"type": ["string", "null"]},
                     "metadata": {"type": ["object", "null"]},
+                    "webhook": {
+                        "type": ["string", "null"],
+                        "format": "uri",
+                        "description": "http(s) URL each turn of the session is POSTed to when it ends "
+                        "(signed; see the Webhook schema and docs/gateway.md)",
+                    },
                 },
             },
             "Session": {
@@ -244,6 +250,11 @@ BASE_SCHEMA: dict[str, Any] = {
                         "description": "when the session has unfinished turns: queue behind them, refuse (409), "
                         "or cancel them",
                     },
+                    "webhook": {
+                        "type": ["string", "null"],
+                        "format": "uri",
+                        "description": "http(s) URL this turn is POSTed to when it ends, instead of the session's",
+                    },
                 },
             },
             "SubmittedTurn": {
@@ -294,6 +305,26 @@ BASE_SCHEMA: dict[str, Any] = {
                     "started_at": {"type": ["string", "null"], "format": "date-time"},
                     "finished_at": {"type": ["string", "null"], "format": "date-time"},
                     "messages": {"type": "array", "items": {"$ref": "#/components/schemas/Message"}},
+                    "webhook": {"oneOf": [{"$ref": "#/components/schemas/Webhook"}, {"type": "null"}]},
+                },
+            },
+            "Webhook": {
+                "type": "object",
+                "description": "The turn's webhook (its own, else its session's) and its delivery; the "
+                "body POSTed is this Turn without `webhook`.",
+                "properties": {
+                    "url": {"type": "string"},
+                    "delivery_id": {
+                        "type": ["string", "null"],
+                        "format": "uuid",
+                        "description": "X-Chatq-Delivery, the same on every attempt (null until the turn ends)",
+                    },
+                    "status": {"type": ["string", "null"], "enum": ["pending", "delivered", "failed", None]},
+                    "attempts": {"type": "integer"},
+                    "last_status_code": {"type": ["integer", "null"]},
+                    "last_error": {"type": ["string", "null"]},
+                    "last_attempt_at": {"type": ["string", "null"], "format": "date-time"},
+                    "delivered_at": {"type": ["string", "null"], "format": "date-time"},
                 },
             },
             "Readiness": {
@@ -311,6 +342,10 @@ BASE_SCHEMA: dict[str, Any] = {
                 "properties": {
                     "turn_id": {"type": "string", "format": "uuid"},
                     "status": {"type": "string", "description": "cancelled, or running while the worker stops it"},
+                    "already_cancelled": {
+                        "type": "boolean",
+                        "description": "true: the turn was already cancelled (or asked to stop); nothing changed",
+                    },
                 },
             },
         },

@@ -22,6 +22,8 @@ each child would count alone, which is one more reason chatq defaults to threads
 | chatq_provider_slot_wait_seconds_total | counter | model | seconds turns were told to wait for a slot |
 | chatq_provider_allowed_rpm, _tpm, _concurrency | gauge | model | allowed now, fleet-wide (0: unlimited) |
 | chatq_provider_in_flight | gauge | model | slots held across the fleet, read at scrape time |
+| chatq_webhook_attempts_total | counter | outcome | webhook POSTs: delivered, retry (sent again later), failed |
+| chatq_webhook_attempt_seconds | histogram | | how long one webhook POST took (connect to answer) |
 """
 
 from __future__ import annotations
@@ -57,6 +59,12 @@ FIRST_TOKEN_SECONDS = Histogram(
 TOKENS = Counter("chatq_tokens_total", "Tokens of succeeded turns.", ["model", "kind"])
 IN_FLIGHT = Gauge("chatq_turns_in_flight", "Turns this worker is running now.")
 SWEEPER = Counter("chatq_sweeper_actions_total", "Sweeper actions.", ["action"])
+WEBHOOK_ATTEMPTS = Counter(
+    "chatq_webhook_attempts_total", "Webhook delivery attempts, by outcome: delivered, retry, failed.", ["outcome"]
+)
+WEBHOOK_SECONDS = Histogram(
+    "chatq_webhook_attempt_seconds", "One webhook POST, connect to answer.", buckets=_LATENCY_BUCKETS
+)
 SET_ASIDE = Counter(
     "chatq_messages_set_aside_total", "Queue items refused as malformed and moved to chatq.dead.", ["queue"]
 )
@@ -108,7 +116,7 @@ class MetricsHooks(hooks.TurnHooks):
 class QueueDepthCollector(Collector):
     """Reads the Redis queue lengths when Prometheus scrapes (nothing runs in between)."""
 
-    def __init__(self, queues: tuple[str, ...] = ("chatq", "chatq.batch")) -> None:
+    def __init__(self, queues: tuple[str, ...] = ("chatq", "chatq.batch", "chatq.webhooks")) -> None:
         self.queues = queues
 
     def collect(self) -> Iterator[GaugeMetricFamily]:

@@ -24,7 +24,7 @@ from kombu.utils.json import loads
 
 from chatq.settings import get_settings
 from chatq.shortcuts.kombu_channel import ClientReusingChannel
-from worker.payload import QUEUES
+from worker.payload import GUARDED_QUEUES
 from worker.runtime import intake
 from worker.runtime.deadletter import notify_refused, set_aside
 
@@ -65,7 +65,7 @@ class Channel(ClientReusingChannel):
 
     def _admit(self, queue: str, item: bytes) -> dict[str, Any] | None:
         """The parsed envelope of an acceptable item, or None once a refused one is set aside."""
-        if queue not in QUEUES:
+        if queue not in GUARDED_QUEUES:
             return loads(bytes_to_str(item))  # type: ignore[no-any-return]
         verdict = intake.inspect(item, queue=queue, tasks=_task_names(), limit=_item_limit())
         if isinstance(verdict, intake.Accepted):

@@ -55,6 +55,8 @@ class Claim:
     """The user message being answered, for regenerate/edit."""
     queue: str
     """The queue the turn travels on."""
+    has_webhook: bool = False
+    """Whether the turn (or its session) has a webhook to POST it to when it ends."""
 
     def to_message(self) -> dict[str, Any]:
         """The turn's `chatq.run_turn` message, to send it again."""

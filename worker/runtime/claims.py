@@ -117,6 +117,7 @@ def claim_turn(
             images=tuple(row["images"]) if row["images"] else None,
             reply_to=row["reply_to"],
             queue=row["queue"],
+            has_webhook=bool(row["has_webhook"]),
         )
         return ClaimResult(status=ClaimStatus.CLAIMED, claim=claim)
     return _claim_slow(turn_id, worker=worker, expected_session=session_id, settings=settings)
@@ -190,6 +191,7 @@ def _claim_slow(
             images=tuple(user.images) if user.images else None,
             reply_to=turn.reply_to,
             queue=turn.queue,
+            has_webhook=turn.webhook_url is not None or session_row.webhook_url is not None,
         )
         return ClaimResult(status=ClaimStatus.CLAIMED, claim=claim)
 

@@ -62,6 +62,8 @@ class Facts:
     """The session's agent framework; None when the delivery ran no attempt."""
     model: str | None = None
     """The model the attempt runs on (the session's, or this worker's default); None likewise."""
+    has_webhook: bool | None = None
+    """Whether the turn or its session has a webhook (known from the claim); None when the delivery ran no attempt."""
 
     @classmethod
     def of_claim(cls, claim: Claim) -> Facts:
@@ -73,6 +75,7 @@ class Facts:
             framework=claim.session.agent_framework,
             # A session without a model (NULL) runs on this worker's default.
             model=get_settings().session_model(claim.session.model),
+            has_webhook=claim.has_webhook,
         )
 
     @classmethod

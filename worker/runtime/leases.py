@@ -4,6 +4,10 @@ A worker that dies (kill -9, lost host) stops renewing; once `CHATQ_LEASE_SECOND
 sweeper hands its turns to another worker. The same renewal query reports cancellation requests
 and lost leases, so a running turn learns of either within one renewal interval (about a second)
 at the cost of one query per second per worker process, however many turns it runs.
+
+Either one, and the worker beginning to shut down, also aborts the turn's `AbortSignal`
+(`handlers.abort`): the model request it waits on is closed at once, so a model that sends
+nothing for minutes does not keep a cancelled turn (or a shutting-down worker) waiting.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from sqlalchemy import func, update
 
 from chatq.per_process import PerProcess
 from chatq.settings import get_settings, mask_secrets
+from handlers.abort import AbortSignal
 from models.db import session_scope
 from models.tables import Turn, TurnStatus
 
@@ -41,6 +46,8 @@ class TurnLease:
     """Set when `chatq cancel` asked this turn to stop."""
     lost: threading.Event = field(default_factory=threading.Event)
     """Set when the lease was taken over: this attempt must stop and write nothing."""
+    abort: AbortSignal = field(default_factory=AbortSignal)
+    """Aborted with either flag above, or at shutdown: closes the model request the turn waits on."""
 
 
 class LeaseKeeper:
@@ -99,8 +106,17 @@ class LeaseKeeper:
         for token, lease in leases.items():
             if token not in held:
                 lease.lost.set()
+                lease.abort.abort("the lease was lost")
             elif held[token]:
                 lease.cancelled.set()
+                lease.abort.abort("cancelled")
+
+    def abort_all(self, reason: str) -> None:
+        """Abort every running turn's model request (the worker is shutting down)."""
+        with self._lock:
+            leases = list(self._leases.values())
+        for lease in leases:
+            lease.abort.abort(reason)
 
 
 _keeper: PerProcess[LeaseKeeper] = PerProcess(LeaseKeeper)
@@ -115,8 +131,11 @@ _hand_back = threading.Event()
 
 
 def begin_hand_back() -> None:
-    """The worker is shutting down: running turns stop at their next chunk and go back to the queue."""
+    """The worker is shutting down: running turns stop now, even mid-request, and go back to the queue."""
     _hand_back.set()
+    keeper = _keeper.built()  # none built in this process: no turn is running here
+    if keeper is not None:
+        keeper.abort_all("the worker is shutting down")
 
 
 def handing_back() -> bool:

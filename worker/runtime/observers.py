@@ -10,17 +10,18 @@ from chatq.per_process import PerProcess
 from worker.ops.logs import LogHooks
 from worker.ops.metrics import MetricsHooks
 from worker.runtime.hooks import HookRegistry, TurnHooks
+from worker.runtime.webhooks import WebhookHooks
 
 
 def default_hooks() -> list[TurnHooks]:
-    """The hooks every worker runs, in order: Prometheus metrics, the per-turn log lines, then the
-    clean-up after turns whose session was deleted under them.
+    """The hooks every worker runs, in order: Prometheus metrics, the per-turn log lines, webhook
+    deliveries, then the clean-up after turns whose session was deleted under them.
 
-    A new observer (a webhook sender, say) is one more `TurnHooks` subclass appended here.
+    A new observer is one more `TurnHooks` subclass appended here.
     """
     from worker.runtime.deletion import ForgetDeletedTurns
 
-    return [MetricsHooks(), LogHooks(), ForgetDeletedTurns()]
+    return [MetricsHooks(), LogHooks(), WebhookHooks(), ForgetDeletedTurns()]
 
 
 _registry: PerProcess[HookRegistry] = PerProcess(lambda: HookRegistry(default_hooks()))

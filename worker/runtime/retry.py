@@ -14,6 +14,10 @@ One frozen value built from `Settings` decides all three cases a turn is deliver
 - the model's shared limits have no slot free (`worker.runtime.limits`): tried again when the
   limiter says, never giving up (a long batch waits its turn; that is not a failure).
 
+It also decides when a webhook delivery that did not get a 2xx is tried again: backing off
+exponentially from `CHATQ_WEBHOOK_BACKOFF` up to 10 minutes, for `CHATQ_WEBHOOK_RETRY_FOR`
+seconds after the delivery was due (about an hour).
+
 Pure: no services, no Celery. `worker.runtime.runner` and `worker.runtime.tasks` ask it; nothing else decides.
 """
 
@@ -33,6 +37,7 @@ class RetryCause(enum.StrEnum):
     BUSY = "busy"
     PROVIDER = "provider"
     SLOT = "slot"
+    WEBHOOK = "webhook"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +76,12 @@ class RetryPolicy:
     """Longest wait between tries when the service named none."""
     provider_jitter: float = 0.2
     """Up to this fraction is added to the wait, so refused turns do not come back together."""
+    webhook_base: float = 5.0
+    """Seconds before a webhook delivery's first retry (`CHATQ_WEBHOOK_BACKOFF`); doubled on each further one."""
+    webhook_cap: float = 600.0
+    """Longest wait between two attempts of a webhook delivery."""
+    webhook_window: float = 3_600.0
+    """Seconds after a delivery was due during which it is retried (`CHATQ_WEBHOOK_RETRY_FOR`)."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RetryPolicy:
@@ -79,6 +90,8 @@ class RetryPolicy:
             max_attempts=settings.max_attempts,
             agent_delay=settings.retry_delay,
             provider_patience=settings.provider_patience,
+            webhook_base=settings.webhook_backoff,
+            webhook_window=settings.webhook_retry_for,
         )
 
     def after_agent_failure(self, attempt: int) -> RetryDecision:
@@ -111,6 +124,13 @@ class RetryPolicy:
     def when_no_slot(self, wait: float) -> RetryDecision:
         """The model's shared limits have no slot for `wait` seconds (the limiter spaced the waiters)."""
         return RetryDecision(cause=RetryCause.SLOT, retry=True, delay=max(wait, 0.01))
+
+    def after_webhook_attempt(self, attempts: int, elapsed: float) -> RetryDecision:
+        """After `attempts` attempts of a webhook delivery failed, `elapsed` seconds after it was due."""
+        delay = min(self.webhook_cap, self.webhook_base * 2 ** min(max(attempts - 1, 0), 30))
+        if elapsed + delay > self.webhook_window:
+            return RetryDecision(cause=RetryCause.WEBHOOK, retry=False, delay=0.0)
+        return RetryDecision(cause=RetryCause.WEBHOOK, retry=True, delay=delay)
 
 
 def retry_policy() -> RetryPolicy:

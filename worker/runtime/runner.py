@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from chatq.settings import mask_secrets
+from handlers.abort import abortable
 from handlers.base import AgentMessage, StreamEvent, StreamEventKind, Usage
 from handlers.context import running_turn
 from handlers.errors import AgentInvocationError, HandlerError, ProviderBusy, UnknownFramework
@@ -305,48 +306,77 @@ def run_handler(
     turn = build_turn_input(
         claim.session, claim.content, images=claim.images, reply_to=claim.reply_to, calls_tools=handler.calls_tools
     )
-    stream: Iterator[StreamEvent] = iter(handler.stream(turn))
-    first = next(stream, None)
     coalescer = TextCoalescer(events, claim.attempt, runtime.settings.text_coalesce_ms / 1000.0)
-    final: StreamEvent | None = None
-    event = first
-    first_text = True
-    streamed = False
+    relay = _Relay(claim, events, lease, coalescer, registry, started)
+    stream: Iterator[StreamEvent] | None = None
     try:
-        while event is not None:
-            check_lease(lease)
-            if event.kind == StreamEventKind.TEXT:
-                streamed = streamed or bool(event.text)
-                if first_text and event.text and started is not None:
-                    first_text = False
-                    registry.first_text(hooks.FirstText(turn=Facts.of_claim(claim), seconds=time.monotonic() - started))
-                coalescer.add(event.text)
-            elif event.kind == StreamEventKind.TOOL and event.tool is not None:
-                coalescer.flush()
-                tool = {key: event.tool.get(key) for key in ("id", "name", "status")}
-                events.publish(EventType.TOOL, claim.attempt, tool=tool)
-                registry.tool(
-                    hooks.ToolCall(
-                        turn=Facts.of_claim(claim), name=tool["name"], call_id=tool["id"], status=tool["status"]
-                    )
-                )
-            elif event.kind == StreamEventKind.FINAL:
-                final = event
-            event = next(stream, None)
+        # Under the lease's abort signal: a cancel, a lost lease or shutdown closes the model
+        # request the handler waits on (handlers/abort.py) instead of waiting for its next chunk.
+        with abortable(lease.abort):
+            stream = iter(handler.stream(turn))
+            relay.run(stream)
     except ProviderBusy as exc:
-        if streamed:
+        check_lease(lease)
+        if relay.streamed:
             # Text reached consumers: not back-pressure any more, the ordinary retry-once rule applies.
             raise AgentInvocationError(exc.message) from exc
+        raise
+    except Exception:
+        # An aborted request fails as a connection error: report the cancel (lost lease,
+        # hand-back) it was, not an agent failure.
+        check_lease(lease)
         raise
     finally:
         coalescer.flush()
         close = getattr(stream, "close", None)
         if close is not None:
             close()
+    final = relay.final
     if final is None:
         raise AgentInvocationError("the agent stream ended without a final reply")
     check_lease(lease)
     return validate_reply(final.response, final.usage)
+
+
+class _Relay:
+    """Relays the handler's text and tool events to consumers and hooks; keeps its final event."""
+
+    def __init__(
+        self,
+        claim: claims.Claim,
+        events: TurnEvents,
+        lease: TurnLease,
+        coalescer: TextCoalescer,
+        registry: hooks.HookRegistry,
+        started: float | None,
+    ) -> None:
+        self.claim, self.events, self.lease, self.coalescer = claim, events, lease, coalescer
+        self.registry, self.started = registry, started
+        self.final: StreamEvent | None = None
+        self.streamed = False
+        """Whether any text reached consumers (after that, a refusal is no longer back-pressure)."""
+
+    def run(self, stream: Iterator[StreamEvent]) -> None:
+        claim, first_text = self.claim, True
+        for event in stream:
+            check_lease(self.lease)
+            if event.kind == StreamEventKind.TEXT:
+                self.streamed = self.streamed or bool(event.text)
+                if first_text and event.text and self.started is not None:
+                    first_text = False
+                    seconds = time.monotonic() - self.started
+                    self.registry.first_text(hooks.FirstText(turn=Facts.of_claim(claim), seconds=seconds))
+                self.coalescer.add(event.text)
+            elif event.kind == StreamEventKind.TOOL and event.tool is not None:
+                self.coalescer.flush()
+                tool = {key: event.tool.get(key) for key in ("id", "name", "status")}
+                self.events.publish(EventType.TOOL, claim.attempt, tool=tool)
+                call = hooks.ToolCall(
+                    turn=Facts.of_claim(claim), name=tool["name"], call_id=tool["id"], status=tool["status"]
+                )
+                self.registry.tool(call)
+            elif event.kind == StreamEventKind.FINAL:
+                self.final = event
 
 
 def check_lease(lease: TurnLease) -> None:

@@ -13,8 +13,9 @@ from celery.signals import task_internal_error
 
 from worker.app import app
 from worker.errors import InvalidTurn, TurnFailed
-from worker.payload import BATCH_QUEUE, INTERACTIVE_QUEUE, parse_turn_request, redacted_kwargs
+from worker.payload import BATCH_QUEUE, INTERACTIVE_QUEUE, parse_turn_request, parse_uuid, redacted_kwargs
 from worker.runtime.process import current_runtime
+from worker.runtime.retry import retry_policy
 from worker.runtime.runner import Outcome, execute_turn, reject, retry_after_outage
 from worker.storable import OUTAGE_ERRORS
 
@@ -87,6 +88,37 @@ def _ids(kwargs: dict[str, Any], task_id: str | None) -> tuple[uuid.UUID, uuid.U
     except ValueError:
         session_id = None
     return turn_id, session_id
+
+
+@app.task(
+    name="chatq.deliver_webhook",
+    bind=True,
+    typing=False,
+    # At least once: a worker that dies mid-attempt leaves the message to be delivered again.
+    acks_late=True,
+    ignore_result=True,
+    # The retry window is the policy's (`RetryPolicy.after_webhook_attempt`, about an hour), counted
+    # from the row's creation in Postgres; Celery's counter is not the limit.
+    max_retries=None,
+)
+def deliver_webhook(self: Task[Any, Any], *args: Any, **kwargs: Any) -> str:
+    """POST an ended turn to its webhook, one attempt per run (docs/contract.md, "Webhooks")."""
+    from worker.runtime.webhooks import WEBHOOK_QUEUE, DeliveryOutcome, deliver
+
+    try:
+        if args or set(kwargs) != {"delivery_id"}:
+            raise InvalidTurn("chatq.deliver_webhook takes one keyword argument, delivery_id")
+        delivery_id = parse_uuid(str(kwargs["delivery_id"]), "delivery_id")
+    except InvalidTurn as exc:
+        raise TurnFailed(f"rejected: {exc.message}") from None
+    try:
+        result = deliver(delivery_id)
+    except INFRASTRUCTURE_ERRORS as exc:
+        decision = retry_policy().after_outage(self.request.retries)
+        raise self.retry(exc=exc, countdown=decision.delay, queue=WEBHOOK_QUEUE) from None
+    if result.outcome in (DeliveryOutcome.RETRY, DeliveryOutcome.BUSY):
+        raise self.retry(countdown=result.retry_after, queue=WEBHOOK_QUEUE)
+    return result.outcome.value
 
 
 @app.task(name="chatq.sweep", ignore_result=True, acks_late=False)

@@ -20,7 +20,7 @@ FAST_CLAIM = text(
         SELECT set_config('synchronous_commit', 'off', true) AS synchronous_commit
     ),
     locked AS (
-        SELECT s.id, s.agent_framework, s.model, s.system_prompt, s.metadata
+        SELECT s.id, s.agent_framework, s.model, s.system_prompt, s.metadata, s.webhook_url
         FROM chat_sessions s
         WHERE s.id = (SELECT session_id FROM turns WHERE id = :turn_id)
         FOR NO KEY UPDATE
@@ -44,9 +44,10 @@ FAST_CLAIM = text(
           AND t.lone_crashes < :max_deliveries
           AND NOT (cardinality(t.crash_hosts) >= 2 AND t.deliveries >= :max_deliveries)
           AND {runs_next_sql("t")}
-        RETURNING t.id, t.session_id, t.position, t.attempts, t.deliveries, t.reply_to, t.queue
+        RETURNING t.id, t.session_id, t.position, t.attempts, t.deliveries, t.reply_to, t.queue, t.webhook_url
     )
     SELECT claimed.*, locked.agent_framework, locked.model, locked.system_prompt, locked.metadata,
+           coalesce(claimed.webhook_url, locked.webhook_url) IS NOT NULL AS has_webhook,
            m.content, m.images,
            ARRAY(
                SELECT kb.name FROM session_knowledge_bases skb

@@ -116,9 +116,14 @@ def test_cancel_a_queued_turn_then_cancelling_a_finished_one_is_409(api: httpx.C
     queued = api.post(f"/sessions/{session_id}/turns", json={"content": "later"}).json()["turn_id"]
     response = api.post(f"/turns/{queued}/cancel")
     assert response.status_code == 200
-    assert response.json() == {"turn_id": queued, "status": "cancelled"}
-    assert api.post(f"/turns/{first}/cancel").json()["status"] == "running"
+    assert response.json() == {"turn_id": queued, "status": "cancelled", "already_cancelled": False}
+    again = api.post(f"/turns/{queued}/cancel")
+    assert again.status_code == 200
+    assert again.json() == {"turn_id": queued, "status": "cancelled", "already_cancelled": True}
+    stopping = api.post(f"/turns/{first}/cancel").json()
+    assert stopping == {"turn_id": first, "status": "running", "already_cancelled": False}
     assert wait_for_turn(uuid.UUID(first)).status.value == "cancelled"
+    assert api.post(f"/turns/{first}/cancel").json()["already_cancelled"] is True
     done = api.post(f"/sessions/{session_id}/turns", json={"content": "quick [words: 1]"}).json()["turn_id"]
     wait_for_turn(uuid.UUID(done))
     assert "already succeeded" in error_of(api.post(f"/turns/{done}/cancel"), 409)

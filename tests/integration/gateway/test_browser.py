@@ -6,6 +6,7 @@ not exist these tests are skipped, saying so.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.integration.gateway.conftest import STUB_MODEL, TOKEN, GatewayProcess
+from tests.support.openai_stub import OpenAIStub
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("worker")]
 
@@ -155,6 +157,30 @@ def test_the_page_shows_retries_and_errors(page: Any, gateway: GatewayProcess) -
     assert reply.locator(".text").text_content()
     assert reply.locator(".meta").text_content() == "failed"
     assert page.is_enabled("#send")
+
+
+def test_stop_ends_a_turn_whose_model_sends_nothing_and_the_next_one_runs(
+    page: Any, gateway: GatewayProcess, openai_stub: OpenAIStub
+) -> None:
+    open_chat(page, gateway, STUB_MODEL)
+    marker = uuid.uuid4().hex
+    reply = send(page, f"think it over {marker} [sleep: 60]")
+    deadline = time.monotonic() + 20
+    while not any(marker in json.dumps(body) for body in openai_stub.requests):
+        assert time.monotonic() < deadline, "the model never got the request"
+        time.sleep(0.05)
+    page.wait_for_selector("#stop:enabled")
+    clicked = time.monotonic()
+    page.click("#stop")
+    page.wait_for_selector(".msg.assistant[data-state=cancelled]")
+    stopped = time.monotonic() - clicked
+    print(f"\nthe page's Stop ended a silent turn after {stopped:.2f}s (the model would have slept 60 s)")
+    # Well inside the workers' 20 s turn timeout, let alone the model's minute of silence.
+    assert stopped < 10
+    assert reply.locator(".meta").text_content() == "cancelled"
+    after = send(page, "and now? [words: 2]")
+    page.wait_for_selector(".msg.assistant:nth-of-type(4)[data-state=done]")
+    assert after.locator(".text").text_content() == "w1 w2"
 
 
 def test_the_page_reports_api_errors(page: Any, gateway: GatewayProcess) -> None:

@@ -120,7 +120,12 @@ def test_a_succeeded_turn(session_id: uuid.UUID, recorded: list[Recording]) -> N
     assert (claiming.session_id, claiming.queue, claiming.worker) == (session_id, "chatq", "in-process@test")
     [started] = recording.payloads("started")
     assert started.turn == hooks.Facts(
-        turn_id=request.turn_id, session_id=session_id, attempt=1, framework="langgraph", model="gpt-4o-mini"
+        turn_id=request.turn_id,
+        session_id=session_id,
+        attempt=1,
+        framework="langgraph",
+        model="gpt-4o-mini",
+        has_webhook=False,
     )
     assert started.deliveries == 1
     [succeeded] = recording.payloads("succeeded")

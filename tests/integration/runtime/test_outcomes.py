@@ -121,7 +121,7 @@ def test_a_turn_cancelled_before_its_delivery_is_not_run(runtime: OpenAIStub, re
     assert _run(blocker).outcome is Outcome.RETRY
     request = _request(session_id, "never mind")
     assert _run(request).outcome in (Outcome.BUSY, Outcome.SKIPPED)  # stored, waiting its turn
-    assert cancel_turn(request.turn_id) is TurnStatus.CANCELLED
+    assert cancel_turn(request.turn_id).status is TurnStatus.CANCELLED
     assert _run(request).outcome in (Outcome.CANCELLED, Outcome.SKIPPED)
     assert _row(request.turn_id).status is TurnStatus.CANCELLED
     assert [m.role for m in turn_messages(request.turn_id)] == ["user"]

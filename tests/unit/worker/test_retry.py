@@ -71,3 +71,25 @@ def test_waiting_for_a_slot_never_gives_up() -> None:
 def test_patience_comes_from_the_settings() -> None:
     with environ(CHATQ_PROVIDER_PATIENCE="42"):
         assert retry_policy().provider_patience == 42.0
+
+
+def test_webhooks_back_off_from_the_first_delay_to_ten_minutes_for_about_an_hour() -> None:
+    policy = RetryPolicy()  # the defaults: 5 s, doubling, for 3600 s
+    elapsed, delays = 0.0, []
+    attempts = 1
+    while (decision := policy.after_webhook_attempt(attempts, elapsed)).retry:
+        assert decision.cause is RetryCause.WEBHOOK
+        delays.append(decision.delay)
+        elapsed += decision.delay
+        attempts += 1
+    assert delays[:4] == [5.0, 10.0, 20.0, 40.0] and max(delays) == 600.0
+    assert 3000 < elapsed <= 3600  # given up within the window, after most of it
+    assert not policy.after_webhook_attempt(2, 3599.0).retry
+
+
+def test_the_webhook_window_and_first_delay_come_from_the_settings() -> None:
+    with environ(CHATQ_WEBHOOK_BACKOFF="0.5", CHATQ_WEBHOOK_RETRY_FOR="3"):
+        policy = retry_policy()
+    assert (policy.webhook_base, policy.webhook_window) == (0.5, 3.0)
+    assert [policy.after_webhook_attempt(n, 0.0).delay for n in (1, 2, 3)] == [0.5, 1.0, 2.0]
+    assert not policy.after_webhook_attempt(3, 1.5).retry

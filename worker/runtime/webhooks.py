@@ -1,0 +1,271 @@
+"""Webhooks: when a turn with a webhook ends, chatq POSTs the turn to it, at least once, signed.
+
+The lifecycle hook `WebhookHooks` (`worker.runtime.observers.default_hooks`) schedules a delivery
+when a turn ends succeeded, failed or cancelled (the producer does for a turn cancelled while
+queued, which no worker sees end): one `webhook_deliveries` row per turn (its id is the delivery
+id, `X-Chatq-Delivery`, and the Celery task id) and one `chatq.deliver_webhook` message on the
+`chatq.webhooks` queue. Scheduling is one insert and one publish; the POST itself never runs on a
+turn's thread.
+
+`deliver` is one attempt, called by the task: the body is fixed at the first attempt (the turn as
+`GET /turns/{id}` returns it, without its own `webhook` entry), the host resolved and checked
+(`worker.webhook_urls`), the request signed and sent (`worker.runtime.webhook_http`), and the
+answer recorded on the row (attempts, last status code, last error). Anything but a 2xx is retried
+on the policy's back-off (`RetryPolicy.after_webhook_attempt`, about an hour); a refused address
+fails at once. A worker process sends at most `CHATQ_WEBHOOK_CONCURRENCY` deliveries at a time
+(a full process answers "busy" and the task comes back a second later), so slow receivers never
+occupy more than that many of the threads that run turns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from sqlalchemy import text
+
+from chatq.settings import get_settings, mask_secrets
+from models.db import session_scope
+from models.tables import DeliveryStatus
+from worker.errors import TurnNotFound, WebhookRefused
+from worker.payload import WEBHOOK_QUEUE
+from worker.runtime import hooks
+from worker.runtime.retry import retry_policy
+from worker.runtime.webhook_http import Answer, post, signed_headers
+from worker.webhook_urls import resolve_target
+
+__all__ = [
+    "BUSY_DELAY",
+    "TASK_NAME",
+    "WEBHOOK_QUEUE",
+    "Attempted",
+    "DeliveryOutcome",
+    "WebhookHooks",
+    "deliver",
+    "schedule_delivery",
+]
+
+log = logging.getLogger(__name__)
+
+TASK_NAME = "chatq.deliver_webhook"
+"""The delivery task's name."""
+BUSY_DELAY = 1.0
+"""Seconds before a delivery that found its process's delivery slots full comes back."""
+
+_SCHEDULE = text(
+    """
+    -- The turn's own webhook, else its session's; nothing when it has none or has not ended.
+    INSERT INTO webhook_deliveries (id, turn_id, url, status, attempts)
+    SELECT :id, t.id, coalesce(t.webhook_url, s.webhook_url), 'pending', 0
+    FROM turns t JOIN chat_sessions s ON s.id = t.session_id
+    WHERE t.id = :turn_id
+      AND coalesce(t.webhook_url, s.webhook_url) IS NOT NULL
+      AND t.status IN ('succeeded', 'failed', 'cancelled')
+    ON CONFLICT (turn_id) DO NOTHING
+    RETURNING id
+    """
+)
+_LOAD = text(
+    """
+    SELECT d.turn_id, d.url, d.status, d.body, d.attempts, t.status AS turn_status,
+           extract(epoch FROM now() - d.created_at) AS age
+    FROM webhook_deliveries d JOIN turns t ON t.id = d.turn_id
+    WHERE d.id = :id
+    """
+)
+_FIX_BODY = text("UPDATE webhook_deliveries SET body = coalesce(body, :body) WHERE id = :id RETURNING body")
+_RECORD = text(
+    """
+    UPDATE webhook_deliveries
+    SET attempts = attempts + 1, status = :status, last_status_code = :code, last_error = :error,
+        last_attempt_at = now(), delivered_at = CASE WHEN CAST(:status AS varchar) = 'delivered' THEN now() END
+    WHERE id = :id AND status = 'pending'
+    """
+)
+
+
+class DeliveryOutcome(enum.StrEnum):
+    """What one run of the delivery task did."""
+
+    DELIVERED = "delivered"
+    RETRY = "retry"
+    FAILED = "failed"
+    BUSY = "busy"
+    """This process already sends `CHATQ_WEBHOOK_CONCURRENCY` deliveries; try again shortly."""
+    DONE = "done"
+    """Nothing to do: delivered or given up already (a duplicate message), or the turn was deleted."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attempted:
+    """The outcome of `deliver`."""
+
+    outcome: DeliveryOutcome
+    """What happened."""
+    retry_after: float | None = None
+    """For RETRY and BUSY: seconds after which the task should run again."""
+    status_code: int | None = None
+    """The receiver's HTTP status, when it answered."""
+    error: str | None = None
+    """Why it was not delivered."""
+
+
+def schedule_delivery(turn_id: uuid.UUID) -> uuid.UUID | None:
+    """Record and send the delivery of an ended turn with a webhook; its id, or None (no webhook, or already)."""
+    with session_scope() as db:
+        delivery_id = db.execute(_SCHEDULE, {"id": uuid.uuid4(), "turn_id": turn_id}).scalar_one_or_none()
+    if delivery_id is None:
+        return None
+    send_delivery(delivery_id)
+    log.info("turn %s: webhook delivery %s queued", turn_id, delivery_id)
+    return uuid.UUID(str(delivery_id))
+
+
+def send_delivery(delivery_id: uuid.UUID, *, countdown: float | None = None) -> None:
+    """Send the delivery's task message (task id = delivery id)."""
+    from worker.app import app
+
+    app.send_task(
+        TASK_NAME,
+        kwargs={"delivery_id": str(delivery_id)},
+        task_id=str(delivery_id),
+        queue=WEBHOOK_QUEUE,
+        countdown=countdown,
+        retry=True,
+        retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 2},
+    )
+
+
+def deliver(delivery_id: uuid.UUID) -> Attempted:
+    """One attempt of a delivery, recorded on its row; outages (Postgres down) propagate to the task."""
+    with delivery_slot() as free:
+        if not free:
+            return Attempted(outcome=DeliveryOutcome.BUSY, retry_after=BUSY_DELAY)
+        return _attempt(delivery_id)
+
+
+def _attempt(delivery_id: uuid.UUID) -> Attempted:
+    from worker.ops.metrics import WEBHOOK_ATTEMPTS, WEBHOOK_SECONDS
+
+    settings = get_settings()
+    with session_scope() as db:
+        row = db.execute(_LOAD, {"id": delivery_id}).one_or_none()
+    if row is None or row.status != DeliveryStatus.PENDING.value:
+        return Attempted(outcome=DeliveryOutcome.DONE)
+    try:
+        body = (row.body or _fix_body(delivery_id, row.turn_id)).encode("utf-8")
+    except TurnNotFound:  # its session was deleted in between (the delivery went with it)
+        return Attempted(outcome=DeliveryOutcome.DONE)
+    attempt = int(row.attempts) + 1
+    host = urlsplit(row.url).hostname or "?"
+    started = time.monotonic()
+    try:
+        target = resolve_target(row.url, allow_private=settings.webhook_allow_private)
+    except WebhookRefused as exc:
+        answer = Answer(status_code=None, error=exc.message)
+        _record(delivery_id, DeliveryStatus.FAILED, answer)
+        WEBHOOK_ATTEMPTS.labels(DeliveryOutcome.FAILED.value).inc()
+        log.warning("turn %s: webhook delivery %s refused: %s", row.turn_id, delivery_id, exc.message)
+        return Attempted(outcome=DeliveryOutcome.FAILED, error=exc.message)
+    headers = signed_headers(
+        delivery_id=str(delivery_id),
+        event=f"turn.{row.turn_status}",
+        attempt=attempt,
+        timestamp=int(time.time()),
+        body=body,
+        secret=settings.webhook_secret,
+    )
+    answer = post(target, body, headers, timeout=settings.webhook_timeout)
+    seconds = time.monotonic() - started
+    WEBHOOK_SECONDS.observe(seconds)
+    if answer.delivered:
+        _record(delivery_id, DeliveryStatus.DELIVERED, answer)
+        WEBHOOK_ATTEMPTS.labels(DeliveryOutcome.DELIVERED.value).inc()
+        log.info("turn %s: webhook delivery %s to %s: HTTP %s", row.turn_id, delivery_id, host, answer.status_code)
+        return Attempted(outcome=DeliveryOutcome.DELIVERED, status_code=answer.status_code)
+    decision = retry_policy().after_webhook_attempt(attempt, float(row.age) + seconds)
+    status = DeliveryStatus.PENDING if decision.retry else DeliveryStatus.FAILED
+    _record(delivery_id, status, answer)
+    outcome = DeliveryOutcome.RETRY if decision.retry else DeliveryOutcome.FAILED
+    WEBHOOK_ATTEMPTS.labels(outcome.value).inc()
+    log.warning(
+        "turn %s: webhook delivery %s to %s, attempt %d: %s (%s)",
+        row.turn_id,
+        delivery_id,
+        host,
+        attempt,
+        mask_secrets(answer.error or ""),
+        f"retry in {decision.delay:g} s" if decision.retry else "giving up",
+    )
+    return Attempted(
+        outcome=outcome,
+        retry_after=decision.delay if decision.retry else None,
+        status_code=answer.status_code,
+        error=answer.error,
+    )
+
+
+def _fix_body(delivery_id: uuid.UUID, turn_id: uuid.UUID) -> str:
+    """The turn as `GET /turns/{id}` returns it, stored once: every retry sends these same bytes."""
+    from worker.queries import turn_report
+
+    report = turn_report(turn_id)
+    report.pop("webhook", None)  # the delivery's own state changes with each attempt
+    body = json.dumps(report, separators=(",", ":"), ensure_ascii=False)
+    with session_scope() as db:
+        return str(db.execute(_FIX_BODY, {"id": delivery_id, "body": body}).scalar_one())
+
+
+def _record(delivery_id: uuid.UUID, status: DeliveryStatus, answer: Answer) -> None:
+    with session_scope() as db:
+        db.execute(
+            _RECORD, {"id": delivery_id, "status": status.value, "code": answer.status_code, "error": answer.error}
+        )
+
+
+_slots: dict[int, threading.BoundedSemaphore] = {}
+_slots_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def delivery_slot() -> Iterator[bool]:
+    """One of this process's `CHATQ_WEBHOOK_CONCURRENCY` delivery slots, if one is free (never waits)."""
+    pid = os.getpid()
+    with _slots_lock:
+        slots = _slots.get(pid)
+        if slots is None:
+            slots = _slots[pid] = threading.BoundedSemaphore(get_settings().webhook_concurrency)
+    free = slots.acquire(blocking=False)
+    try:
+        yield free
+    finally:
+        if free:
+            slots.release()
+
+
+class WebhookHooks(hooks.TurnHooks):
+    """Schedules the webhook delivery of every turn that ends with one (the claim says which have one)."""
+
+    def succeeded(self, event: hooks.Succeeded) -> None:
+        self._ended(event.turn)
+
+    def failed(self, event: hooks.Failed) -> None:
+        self._ended(event.turn)
+
+    def cancelled(self, event: hooks.Cancelled) -> None:
+        self._ended(event.turn)
+
+    @staticmethod
+    def _ended(turn: hooks.Facts) -> None:
+        # None: the delivery ran no attempt (the turn ended at its claim), so ask Postgres.
+        if turn.has_webhook is not False:
+            schedule_delivery(turn.turn_id)
