@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-BENCHMARKS = ("io_concurrency", "pipeline_overhead", "stream_latency", "dispatch", "history_scale")
+BENCHMARKS = ("io_concurrency", "pipeline_overhead", "stream_latency", "dispatch", "history_scale", "session_pages")
 """What runs without names."""
 OPTIONAL = ("peer", "processes", "provider_limits")
 """Run only when named: `peer` needs LangGraph's server installed (`make bench-peer` runs it);
@@ -36,6 +36,7 @@ TIME_LIMIT = {
     "stream_latency": 150,
     "dispatch": 120,
     "history_scale": 120,
+    "session_pages": 240,
 }
 
 

@@ -2,7 +2,7 @@
 
 `get_settings()` parses the environment once per process (a `chatq.per_process` value, which
 `reset_settings()` forgets) and validates it, so a bad value stops a worker or a CLI call at start-up
-with one clear line instead of failing a turn later. The gateway's three (`GatewayVariables`) are
+with one clear line instead of failing a turn later. The gateway's four (`GatewayVariables`) are
 parsed by `load_gateway_variables()` when `chatq serve` starts, so a bad one stops the gateway only.
 Two kinds are read elsewhere: `CHATQ_ENV_FILES` by `worker.envfile`, which fills the environment
 from those files before anything here reads it, and Flower's own `FLOWER_*` options, which
@@ -27,6 +27,16 @@ DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@localhost:5432/chatq"
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 ECHO_MODEL = "echo"
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TenantToken:
+    """One entry of `CHATQ_API_TOKENS`: a gateway token that sees only its tenant's sessions."""
+
+    tenant: str
+    """The tenant's name (stored on the sessions its token creates)."""
+    token: str = field(repr=False)
+    """The bearer token; never logged."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +120,9 @@ class Settings:
     """Deliveries one worker process sends at once; more wait in the queue (`CHATQ_WEBHOOK_CONCURRENCY`;
     default a quarter of `CHATQ_WORKER_CONCURRENCY`, so slow receivers never take most turn threads)."""
 
+    retention_days: float | None = None
+    """Sessions idle longer than this many days are purged by the sweep (`CHATQ_RETENTION_DAYS`; unset: kept)."""
+
     def session_model(self, model: str | None) -> str:
         """The model a session runs on here: its own, or `default_model` when it names none (NULL)."""
         return (model or "").strip() or self.default_model
@@ -152,6 +165,7 @@ _SECRET_IN_URL = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*
 SECRET_VARIABLES = (
     "OPENAI_API_KEY",
     "CHATQ_API_TOKEN",
+    "CHATQ_API_TOKENS",
     "FLOWER_BASIC_AUTH",
     "DATABASE_URL",
     "REDIS_URL",
@@ -169,8 +183,9 @@ def secret_values(env: Mapping[str, str]) -> tuple[str, ...]:
     values: list[str] = []
     for name in ("OPENAI_API_KEY", "CHATQ_API_TOKEN", "CHATQ_WEBHOOK_SECRET"):
         values.extend(part.strip() for part in (env.get(name) or "").split(","))
-    for entry in (env.get("FLOWER_BASIC_AUTH") or "").split(","):
-        values.append(entry.partition(":")[2].strip())
+    for name in ("FLOWER_BASIC_AUTH", "CHATQ_API_TOKENS"):  # user:password, tenant:token
+        for entry in (env.get(name) or "").split(","):
+            values.append(entry.partition(":")[2].strip())
     for name in ("DATABASE_URL", "REDIS_URL", "OPENAI_BASE_URL"):
         try:
             password = urlsplit((env.get(name) or "").strip()).password
@@ -293,6 +308,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         log_format=_choice(env, "CHATQ_LOG_FORMAT", ("auto", "json", "text")),
         vision_models=_names(env, "CHATQ_VISION_MODELS"),
         prices=(env.get("CHATQ_PRICES") or "").strip() or None,
+        retention_days=_optional_float(env, "CHATQ_RETENTION_DAYS", minimum=0.001),
         model_limits=parse_model_limits(env.get("CHATQ_MODEL_LIMITS")),
         provider_limits=_switch(env, "CHATQ_PROVIDER_LIMITS", default=True),
         provider_patience=env_float(env, "CHATQ_PROVIDER_PATIENCE", 900.0, minimum=0.0),
@@ -304,6 +320,14 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         webhook_concurrency=env_int(env, "CHATQ_WEBHOOK_CONCURRENCY", max(1, concurrency // 4), minimum=1),
     )
     return settings
+
+
+def _optional_float(env: Mapping[str, str], name: str, *, minimum: float) -> float | None:
+    """A number from the environment, or None when unset."""
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    return env_float(env, name, 0.0, minimum=minimum)
 
 
 def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
@@ -363,7 +387,9 @@ class GatewayVariables:
     bad one stops the gateway at its start and never a worker or another command."""
 
     api_tokens: tuple[str, ...] = field(default=(), repr=False)
-    """Bearer tokens clients must send (`CHATQ_API_TOKEN`, comma-separated to rotate); never logged."""
+    """Admin bearer tokens: every session (`CHATQ_API_TOKEN`, comma-separated to rotate); never logged."""
+    tenant_tokens: tuple[TenantToken, ...] = field(default=(), repr=False)
+    """Scoped tokens, each of one tenant (`CHATQ_API_TOKENS`, `tenant:token,...`); never logged."""
     api_max_body_bytes: int | None = None
     """Largest accepted request body (`CHATQ_API_MAX_BODY_BYTES`); None: the largest valid turn."""
     sse_heartbeat: float = 15.0
@@ -382,21 +408,59 @@ def parse_api_tokens(raw: str) -> tuple[str, ...]:
     return tokens
 
 
+_TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def parse_tenant_tokens(raw: str, name: str = "CHATQ_API_TOKENS") -> tuple[TenantToken, ...]:
+    """`tenant:token` pairs, comma-separated (a tenant may have several tokens, to rotate them).
+
+    ConfigError naming the entry and the problem, never the token. Tenant names are 1 to 64 of
+    letters, digits, `_`, `.` and `-`; tokens follow CHATQ_API_TOKEN's rules; a token may belong to
+    one tenant only.
+    """
+    entries: list[TenantToken] = []
+    seen: dict[str, str] = {}
+    parts = [part.strip() for part in raw.split(",") if part.strip()]
+    for number, part in enumerate(parts, start=1):
+        tenant, colon, token = part.partition(":")
+        tenant, token = tenant.strip(), token.strip()
+        where = f"entry {number} of {name}"
+        if not colon or not _TENANT_NAME.fullmatch(tenant):
+            raise ConfigError(
+                f"{where} must be tenant:token, the tenant 1-64 letters, digits, '_', '.' or '-' (e.g. acme:<token>)"
+            )
+        if len(token) < MIN_TOKEN_CHARS:
+            raise ConfigError(
+                f"{where}: the token is shorter than {MIN_TOKEN_CHARS} characters; use a long random value"
+            )
+        if not token.isascii() or not token.isprintable() or " " in token:
+            raise ConfigError(f"{where}: the token must be printable ASCII without spaces")
+        if seen.get(token, tenant) != tenant:
+            raise ConfigError(f"{where}: the same token is given to tenants {seen[token]!r} and {tenant!r}")
+        seen[token] = tenant
+        entries.append(TenantToken(tenant=tenant, token=token))
+    return tuple(entries)
+
+
 def load_gateway_variables(env: Mapping[str, str] | None = None, *, token_required: bool = True) -> GatewayVariables:
     """Parse and validate the gateway's variables from `env` (the process environment by default);
     without a token, ConfigError unless `token_required` is off (`chatq serve --unauthenticated`)."""
     env = os.environ if env is None else env
     tokens = parse_api_tokens(env.get("CHATQ_API_TOKEN") or "")
-    if not tokens and token_required:
+    tenant_tokens = parse_tenant_tokens(env.get("CHATQ_API_TOKENS") or "")
+    if not tokens and not tenant_tokens and token_required:
         raise ConfigError(
-            "set CHATQ_API_TOKEN to a long random token (e.g. `openssl rand -hex 32`), "
-            "or run `chatq serve --unauthenticated` on a loopback address"
+            "set CHATQ_API_TOKEN to a long random token (e.g. `openssl rand -hex 32`) or CHATQ_API_TOKENS to "
+            "tenant:token pairs, or run `chatq serve --unauthenticated` on a loopback address"
         )
+    if set(tokens) & {entry.token for entry in tenant_tokens}:
+        raise ConfigError("a token of CHATQ_API_TOKENS is also in CHATQ_API_TOKEN: give each tenant its own token")
     max_body = None
     if (env.get("CHATQ_API_MAX_BODY_BYTES") or "").strip():
         max_body = env_int(env, "CHATQ_API_MAX_BODY_BYTES", 0, minimum=1024)
     return GatewayVariables(
         api_tokens=tokens,
+        tenant_tokens=tenant_tokens,
         api_max_body_bytes=max_body,
         sse_heartbeat=env_float(env, "CHATQ_SSE_HEARTBEAT", 15.0, minimum=0.1, maximum=300.0),
     )

@@ -7,8 +7,9 @@ Postgres full-text search, attachments to sessions), the record of paid tool cal
 from __future__ import annotations
 
 import enum
+import hashlib
 import uuid
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -16,11 +17,13 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Computed,
+    Date,
     DateTime,
     Enum,
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     Numeric,
     PrimaryKeyConstraint,
@@ -79,6 +82,20 @@ class ChatSession(Base):
     """A conversation: its agent framework, model, instructions and metadata."""
 
     __tablename__ = "chat_sessions"
+    __table_args__ = (
+        # Keyset pagination of session lists, newest first (`worker.sessions`), overall and per tenant.
+        Index("ix_chat_sessions_created", "created_at", "id"),
+        Index("ix_chat_sessions_tenant_created", "tenant", "created_at", "id"),
+        # The retention sweep's scan for idle sessions.
+        Index("ix_chat_sessions_last_active", "last_active_at", "id"),
+        # `metadata.KEY=VALUE` filters (JSONB containment).
+        Index(
+            "ix_chat_sessions_metadata",
+            "metadata",
+            postgresql_using="gin",
+            postgresql_ops={"metadata": "jsonb_path_ops"},
+        ),
+    )
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
     agent_framework: Mapped[str] = mapped_column(String(64))
@@ -93,6 +110,10 @@ class ChatSession(Base):
     webhook_url: Mapped[str | None] = mapped_column(Text)
     """Where each of its turns is POSTed when it ends (a turn's own `webhook_url` takes its place)."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    tenant: Mapped[str | None] = mapped_column(String(64))
+    """The tenant whose scoped gateway token created it (CHATQ_API_TOKENS); NULL: created without one."""
+    last_active_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    """When its newest turn was submitted (or it was created); retention (CHATQ_RETENTION_DAYS) reads it."""
 
 
 class Turn(Base):
@@ -307,6 +328,58 @@ class PaidToolCall(Base):
     cost: Mapped[Decimal] = mapped_column(Numeric(20, 10), default=Decimal(0), server_default=text("0"))
     """units * unit_price."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+# --- what is kept of deleted sessions ---------------------------------------------------------
+
+
+class UsageRollup(Base):
+    """Usage of deleted sessions that billing needs, without content or ids (`worker.sessions`).
+
+    A row holds either token totals (`tool_name` NULL) or one paid tool's totals, per day, tenant
+    and model of the sessions it sums up.
+    """
+
+    __tablename__ = "usage_rollups"
+    __table_args__ = (Index("ix_usage_rollups_day", "day"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    day: Mapped[date] = mapped_column(Date)
+    """The UTC day the turns (or tool calls) were made."""
+    tenant: Mapped[str | None] = mapped_column(String(64))
+    model: Mapped[str | None] = mapped_column(String(200))
+    """The sessions' model (NULL: the worker's default)."""
+    tool_name: Mapped[str | None] = mapped_column(String(64))
+    """NULL for token totals; the paid tool otherwise."""
+    turns: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    total_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    tool_calls: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    tool_units: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    tool_cost: Mapped[Decimal] = mapped_column(Numeric(20, 10), default=Decimal(0), server_default=text("0"))
+    reason: Mapped[str] = mapped_column(String(16))
+    """`deleted` (delete_session) or `retention` (the sweep)."""
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class DeletedSession(Base):
+    """The SHA-256 digest of a deleted session's id, kept for a while (not the id itself).
+
+    A task message of the session may still wait in Redis; the worker would create an unknown
+    session with the defaults, and this tells it not to (`worker.runtime.turns.ensure_session`).
+    """
+
+    __tablename__ = "deleted_sessions"
+    __table_args__ = (Index("ix_deleted_sessions_deleted_at", "deleted_at"),)
+
+    digest: Mapped[bytes] = mapped_column(LargeBinary, primary_key=True)
+    deleted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    @staticmethod
+    def digest_of(session_id: uuid.UUID) -> bytes:
+        """What is stored for a deleted session: the SHA-256 of its id's 16 bytes."""
+        return hashlib.sha256(session_id.bytes).digest()
 
 
 # --- webhooks --------------------------------------------------------------------------------

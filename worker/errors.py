@@ -12,6 +12,7 @@ __all__ = [
     "CliError",
     "ConfigError",
     "HandBack",
+    "InvalidCursor",
     "InvalidTurn",
     "LeaseLost",
     "MessageRefused",
@@ -19,18 +20,32 @@ __all__ = [
     "SchemaMissing",
     "ServiceUnavailable",
     "SessionBusy",
+    "SessionDeleted",
     "SessionNotFound",
     "TurnCancelled",
     "TurnConflict",
     "TurnExists",
     "TurnFailed",
     "TurnNotFound",
+    "WaitTimeout",
     "WebhookRefused",
 ]
 
 
 class InvalidTurn(ChatqError):
     """The turn is invalid and was not run."""
+
+
+class InvalidCursor(InvalidTurn):
+    """The page cursor is not one this list handed out."""
+
+
+class SessionDeleted(SessionNotFound):
+    """The session was deleted."""
+
+
+class WaitTimeout(ChatqError):
+    """The turn did not end in time."""
 
 
 class TurnFailed(ChatqError):

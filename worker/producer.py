@@ -23,6 +23,7 @@ from models.knowledge import attach_knowledge_bases
 from models.tables import ChatMessage, ChatSession, Turn, TurnStatus
 from worker.errors import InvalidTurn, NotCancellable, SessionBusy, TurnConflict, TurnExists, TurnNotFound
 from worker.events import EventType, TurnEvents
+from worker.history import SessionPage, TurnPage, get_session, list_sessions, list_turns
 from worker.payload import (
     INTERACTIVE_QUEUE,
     QUEUES,
@@ -38,9 +39,32 @@ from worker.payload import (
     validate_system_prompt,
 )
 from worker.runtime import claims, turns
+from worker.runtime.deletion import DeletedSessionReport, delete_session
 from worker.runtime.dispatch import kick_next, send_turn
 from worker.runtime.webhooks import schedule_delivery
+from worker.sessions import KEEP, Keep, update_session
+from worker.waiting import wait_for_turn
 from worker.webhook_urls import validate_webhook
+
+__all__ = [
+    "KEEP",
+    "Cancellation",
+    "DeletedSessionReport",
+    "IfBusy",
+    "Keep",
+    "SessionPage",
+    "SubmittedTurn",
+    "TurnPage",
+    "cancel_turn",
+    "create_session",
+    "delete_session",
+    "get_session",
+    "list_sessions",
+    "list_turns",
+    "submit_turn",
+    "update_session",
+    "wait_for_turn",
+]
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +106,13 @@ def create_session(
     metadata: dict[str, Any] | None = None,
     session_id: uuid.UUID | None = None,
     knowledge_bases: Sequence[str] = (),
+    tenant: str | None = None,
     webhook: str | None = None,
 ) -> uuid.UUID:
     """Create a chat session and return its id; `knowledge_bases` (names) are attached in the same transaction.
+
+    `tenant` (a scoped gateway token's, CHATQ_API_TOKENS) owns the session: reads scoped to
+    another tenant do not find it.
 
     Without `model` the session stores none (NULL): each turn runs on the default model of the
     worker that runs it (the worker's CHATQ_MODEL, or what its OPENAI_API_KEY implies). With
@@ -112,6 +140,7 @@ def create_session(
                 model=model,
                 system_prompt=system_prompt,
                 metadata_=stored_metadata,
+                tenant=tenant,
                 webhook_url=webhook_url,
             )
         )
@@ -240,16 +269,20 @@ class Cancellation:
     """True: the turn had been cancelled (or asked to stop) before this call, which changed nothing."""
 
 
-def cancel_turn(turn_id: uuid.UUID | str) -> Cancellation:
+def cancel_turn(turn_id: uuid.UUID | str, *, tenant: str | None = None) -> Cancellation:
     """Cancel a queued or running turn; says whether this call cancelled it or it already was.
 
     A queued turn ends `cancelled` at once and never runs. A running one is asked to stop: its
     worker notices within about a second, closes the model request it waits on (even one that has
-    sent nothing), stores nothing of the turn and ends it.
+    sent nothing), stores nothing of the turn and ends it. With `tenant`, another tenant's turn is
+    not found.
     """
     turn_uuid = parse_uuid(str(turn_id), "turn_id")
     with session_scope() as db:
-        row = db.execute(select(Turn).where(Turn.id == turn_uuid).with_for_update()).scalar_one_or_none()
+        query = select(Turn).where(Turn.id == turn_uuid)
+        if tenant is not None:
+            query = query.where(Turn.session_id.in_(select(ChatSession.id).where(ChatSession.tenant == tenant)))
+        row = db.execute(query.with_for_update(of=Turn)).scalar_one_or_none()
         if row is None:
             raise TurnNotFound(f"turn {turn_uuid} does not exist")
         if row.status.finished:

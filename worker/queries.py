@@ -10,8 +10,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from models.db import session_scope
-from models.tables import ChatMessage, ChatSession, PaidToolCall, Turn, WebhookDelivery
+from models.tables import ChatMessage, ChatSession, PaidToolCall, Turn, UsageRollup, WebhookDelivery
 from worker.errors import SessionNotFound, TurnNotFound
+from worker.history import message_dict, turn_dict
 from worker.payload import parse_uuid
 
 COST_DECIMALS = 8
@@ -19,49 +20,24 @@ WORKER_DEFAULT = "(worker default)"
 """How `chatq usage` shows sessions that name no model (NULL: each worker's default model)."""
 
 
-def message_dict(row: ChatMessage) -> dict[str, Any]:
-    """A stored message in the JSON form of `chatq show --json` and the `final` event."""
-    return {
-        "id": row.id,
-        "role": row.role,
-        "content": row.content,
-        "tool_calls": row.tool_calls,
-        "tool_call_id": row.tool_call_id,
-        "images": row.images,
-        "citations": row.citations,
-        "position": row.position,
-    }
+def turn_report(turn_id: uuid.UUID | str, *, tenant: str | None = None) -> dict[str, Any]:
+    """A turn with its messages in order (the user's first), as `chatq show --json` prints it.
 
-
-def turn_report(turn_id: uuid.UUID | str) -> dict[str, Any]:
-    """A turn with its messages in order (the user's first), as `chatq show --json` prints it."""
+    `tenant`: TurnNotFound unless the turn's session is that tenant's (None: any turn).
+    """
     turn_uuid = parse_uuid(str(turn_id), "turn_id")
     with session_scope() as db:
-        turn = db.get(Turn, turn_uuid)
+        query = select(Turn).where(Turn.id == turn_uuid)
+        if tenant is not None:
+            query = query.join(ChatSession, ChatSession.id == Turn.session_id).where(ChatSession.tenant == tenant)
+        turn = db.execute(query).scalar_one_or_none()
         if turn is None:
             raise TurnNotFound(f"turn {turn_uuid} does not exist")
         messages = db.execute(
             select(ChatMessage).where(ChatMessage.turn_id == turn_uuid).order_by(ChatMessage.position)
         ).scalars()
         webhook = _webhook_report(db, turn)
-        return {
-            "id": str(turn.id),
-            "session_id": str(turn.session_id),
-            "position": turn.position,
-            "status": turn.status.value,
-            "attempts": turn.attempts,
-            "error": turn.error,
-            "usage": {
-                "prompt_tokens": turn.prompt_tokens,
-                "completion_tokens": turn.completion_tokens,
-                "total_tokens": turn.total_tokens,
-            },
-            "created_at": turn.created_at.isoformat() if turn.created_at else None,
-            "started_at": turn.started_at.isoformat() if turn.started_at else None,
-            "finished_at": turn.finished_at.isoformat() if turn.finished_at else None,
-            "messages": [message_dict(row) for row in messages],
-            "webhook": webhook,
-        }
+        return {**turn_dict(turn, [message_dict(row) for row in messages]), "webhook": webhook}
 
 
 def _webhook_report(db: Session, turn: Turn) -> dict[str, Any] | None:
@@ -148,7 +124,13 @@ def usage_report(session_id: uuid.UUID | str | None = None, *, batch: str | None
         by_model: list[dict[str, Any]] = []
         token_cost = Decimal(0)
         unpriced: list[str] = []
-        for model, n, p, c, t in db.execute(query).all():
+        model_rows: list[tuple[Any, ...]] = [tuple(row) for row in db.execute(query).all()]
+        tool_rows: list[tuple[Any, ...]] = [tuple(row) for row in db.execute(tools).all()]
+        if session_uuid is None and batch is None:
+            # Deleted sessions' usage lives on, aggregated, in usage_rollups: it counts in the totals.
+            model_rows = _merged(model_rows, db.execute(_rolled_up_tokens()).all())
+            tool_rows = _merged(tool_rows, db.execute(_rolled_up_tools()).all())
+        for model, n, p, c, t in model_rows:
             # NULL: sessions on the worker's default model, which this process cannot know to price.
             cost = None if model is None else prices.token_cost(model, int(p), int(c))
             if cost is None:
@@ -167,7 +149,7 @@ def usage_report(session_id: uuid.UUID | str | None = None, *, batch: str | None
             )
         by_tool = [
             {"tool": name, "calls": int(n), "units": int(units), "cost": _money(Decimal(cost))}
-            for name, n, units, cost in db.execute(tools).all()
+            for name, n, units, cost in tool_rows
         ]
     keys = ("turns", "prompt_tokens", "completion_tokens", "total_tokens")
     totals = {key: sum(int(row[key]) for row in by_model) for key in keys}
@@ -185,6 +167,42 @@ def usage_report(session_id: uuid.UUID | str | None = None, *, batch: str | None
         "unpriced_models": unpriced,
         "currency": prices.currency,
     }
+
+
+def _rolled_up_tokens() -> Any:
+    return (
+        select(
+            UsageRollup.model,
+            func.sum(UsageRollup.turns),
+            func.sum(UsageRollup.prompt_tokens),
+            func.sum(UsageRollup.completion_tokens),
+            func.sum(UsageRollup.total_tokens),
+        )
+        .where(UsageRollup.tool_name.is_(None))
+        .group_by(UsageRollup.model)
+    )
+
+
+def _rolled_up_tools() -> Any:
+    return (
+        select(
+            UsageRollup.tool_name,
+            func.sum(UsageRollup.tool_calls),
+            func.sum(UsageRollup.tool_units),
+            func.sum(UsageRollup.tool_cost),
+        )
+        .where(UsageRollup.tool_name.is_not(None))
+        .group_by(UsageRollup.tool_name)
+    )
+
+
+def _merged(rows: list[tuple[Any, ...]], more: Any) -> list[tuple[Any, ...]]:
+    """Rows keyed by their first column with `more` added column by column (new keys last)."""
+    totals: dict[Any, list[Any]] = {row[0]: list(row[1:]) for row in rows}
+    for key, *values in more:
+        current = totals.setdefault(key, [0] * len(values))
+        totals[key] = [a + (b or 0) for a, b in zip(current, values, strict=True)]
+    return [(key, *values) for key, values in totals.items()]
 
 
 def _money(value: Decimal | None) -> float | None:

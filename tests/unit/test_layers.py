@@ -149,7 +149,19 @@ def test_the_cycle_finder_finds_a_cycle_and_the_graph_sees_lazy_imports() -> Non
 # worker.app, worker.celery and worker.producer are entry points that wire rooms, so no rule binds them.
 WORKER_SHARED = {
     f"worker.{name}"
-    for name in ("errors", "payload", "storable", "events", "schema", "queries", "envfile", "webhook_urls")
+    for name in (
+        "errors",
+        "payload",
+        "storable",
+        "events",
+        "schema",
+        "queries",
+        "envfile",
+        "history",
+        "sessions",
+        "waiting",
+        "webhook_urls",
+    )
 }
 WORKER_ROOMS = ("runtime", "ops", "cli", "gateway")
 ROOM_MAY_NOT_IMPORT = {

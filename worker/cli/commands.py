@@ -22,7 +22,12 @@ from typing import Any, NoReturn
 
 from worker.errors import ChatqError, CliError
 
-COMMAND_MODULES: tuple[str, ...] = ("worker.cli.batch_cli", "worker.gateway.command", "worker.cli.kb_cli")
+COMMAND_MODULES: tuple[str, ...] = (
+    "worker.cli.batch_cli",
+    "worker.gateway.command",
+    "worker.cli.kb_cli",
+    "worker.cli.session_cli",
+)
 """Modules with a `register(subparsers)` function that add more `chatq` subcommands."""
 
 EXIT_OK = 0
@@ -322,6 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--webhook", metavar="URL", help="POST each turn here when it ends (http or https)")
     create.add_argument("--json", action="store_true", help="print JSON")
     create.set_defaults(func=cmd_session_create)
+    importlib.import_module("worker.cli.session_cli").register_actions(session_sub)  # list, show, delete
 
     submit = sub.add_parser("submit", help="enqueue a turn and print its id")
     submit.add_argument("session", metavar="SESSION")

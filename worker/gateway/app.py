@@ -25,6 +25,7 @@ from starlette.schemas import SchemaGenerator
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from chatq.settings import get_settings, mask_secrets
+from models.errors import KnowledgeBaseNotFound
 from worker.errors import (
     ChatqError,
     InvalidTurn,
@@ -38,6 +39,14 @@ from worker.errors import (
 from worker.gateway.auth import host_header_is_loopback
 from worker.gateway.config import GatewaySettings
 from worker.gateway.openapi import base_schema
+from worker.gateway.sessions_api import (
+    delete_session,
+    list_session_turns,
+    list_sessions,
+    session_links,
+    show_session,
+    update_session,
+)
 from worker.gateway.state import (
     Gateway,
     check_fields,
@@ -60,6 +69,7 @@ _ERROR_STATUS: dict[type[ChatqError], int] = {
     TurnConflict: 409,
     NotCancellable: 409,
     ServiceUnavailable: 503,
+    KnowledgeBaseNotFound: 422,
 }
 
 SESSION_FIELDS = frozenset({"framework", "model", "system_prompt", "metadata", "webhook"})
@@ -194,7 +204,7 @@ async def create_session(request: Request) -> Response:
     from worker.producer import create_session as create
 
     gateway = gateway_of(request)
-    gateway.authorize(request)
+    tenant = gateway.authorize(request)
     data = await gateway.read_json(request)
     check_fields(data, SESSION_FIELDS)
     framework = data.get("framework", DEFAULT_FRAMEWORK)
@@ -207,12 +217,18 @@ async def create_session(request: Request) -> Response:
     webhook = optional_str(data, "webhook")
 
     def run() -> uuid.UUID:
-        return create(framework=framework, model=model, system_prompt=system_prompt, metadata=metadata, webhook=webhook)
+        return create(
+            framework=framework,
+            model=model,
+            system_prompt=system_prompt,
+            metadata=metadata,
+            webhook=webhook,
+            tenant=tenant,
+        )
 
     session_id = await threaded(run)
-    links = {"turns": f"/sessions/{session_id}/turns", "events": f"/sessions/{session_id}/events"}
     return JSONResponse(
-        {"session_id": str(session_id), "links": links},
+        {"session_id": str(session_id), "links": session_links(session_id)},
         status_code=201,
         headers={"Location": f"/sessions/{session_id}"},
     )
@@ -254,11 +270,11 @@ async def submit_turn(request: Request) -> Response:
       "422": {$ref: "#/components/responses/Error422"}
       "503": {$ref: "#/components/responses/Error503"}
     """
-    from worker.producer import SubmittedTurn
+    from worker.producer import SubmittedTurn, get_session
     from worker.producer import submit_turn as submit
 
     gateway = gateway_of(request)
-    gateway.authorize(request)
+    tenant = gateway.authorize(request)
     session_id = path_uuid(request, "session_id", "session")
     data = await gateway.read_json(request)
     check_fields(data, TURN_FIELDS)
@@ -276,6 +292,8 @@ async def submit_turn(request: Request) -> Response:
     webhook = optional_str(data, "webhook")
 
     def run() -> SubmittedTurn:
+        if tenant is not None:
+            get_session(session_id, tenant=tenant)  # another tenant's session: 404, as if it did not exist
         return submit(
             session_id, content, images=images, reply_to=reply_to, turn_id=turn_id, if_busy=if_busy, webhook=webhook
         )
@@ -313,9 +331,13 @@ async def show_turn(request: Request) -> Response:
     """
     from worker.queries import turn_report
 
-    gateway_of(request).authorize(request)
+    tenant = gateway_of(request).authorize(request)
     turn_id = path_uuid(request, "turn_id", "turn")
-    return JSONResponse(await threaded(turn_report, turn_id))
+
+    def run() -> dict[str, Any]:
+        return turn_report(turn_id, tenant=tenant)
+
+    return JSONResponse(await threaded(run))
 
 
 async def cancel_turn(request: Request) -> Response:
@@ -340,11 +362,16 @@ async def cancel_turn(request: Request) -> Response:
       "409": {$ref: "#/components/responses/Error409"}
       "503": {$ref: "#/components/responses/Error503"}
     """
+    from worker.producer import Cancellation
     from worker.producer import cancel_turn as cancel
 
-    gateway_of(request).authorize(request)
+    tenant = gateway_of(request).authorize(request)
     turn_id = path_uuid(request, "turn_id", "turn")
-    done = await threaded(cancel, turn_id)
+
+    def run() -> Cancellation:
+        return cancel(turn_id, tenant=tenant)
+
+    done = await threaded(run)
     return JSONResponse({"turn_id": str(turn_id), "status": done.status.value, "already_cancelled": done.already})
 
 
@@ -423,7 +450,12 @@ def create_app(settings: GatewaySettings) -> Starlette:
         Route("/readyz", readyz, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"], include_in_schema=False),
         Route("/sessions", create_session, methods=["POST"]),
+        Route("/sessions", list_sessions, methods=["GET"]),
+        Route("/sessions/{session_id}", show_session, methods=["GET"]),
+        Route("/sessions/{session_id}", update_session, methods=["PATCH"]),
+        Route("/sessions/{session_id}", delete_session, methods=["DELETE"]),
         Route("/sessions/{session_id}/turns", submit_turn, methods=["POST"]),
+        Route("/sessions/{session_id}/turns", list_session_turns, methods=["GET"]),
         Route("/sessions/{session_id}/events", stream_session, methods=["GET"]),
         Route("/turns/{turn_id}", show_turn, methods=["GET"]),
         Route("/turns/{turn_id}/cancel", cancel_turn, methods=["POST"]),

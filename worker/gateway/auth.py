@@ -50,6 +50,28 @@ def bearer_token(headers: Mapping[str, str]) -> str | None:
     return token.strip()
 
 
+ADMIN = "*"
+"""What `match_token` returns for an admin token (`CHATQ_API_TOKEN`): every session."""
+
+
+def match_token(candidate: str | None, admin: Iterable[str], scoped: Iterable[tuple[str, str]]) -> str | None:
+    """The tenant of a scoped token (`(tenant, token)` pairs), ADMIN for an admin token, None for no match.
+
+    Constant time in the candidate: every configured token is compared, with no early exit.
+    """
+    if candidate is None:
+        return None
+    given = candidate.encode("utf-8", "surrogateescape")
+    found: str | None = None
+    for token in admin:
+        if hmac.compare_digest(given, token.encode("utf-8")):
+            found = ADMIN
+    for tenant, token in scoped:
+        if hmac.compare_digest(given, token.encode("utf-8")):
+            found = tenant
+    return found
+
+
 def token_matches(candidate: str | None, tokens: Iterable[str]) -> bool:
     """Constant-time comparison against every accepted token (no early exit)."""
     if candidate is None:

@@ -2,7 +2,8 @@
 
 | variable | default | meaning |
 |---|---|---|
-| `CHATQ_API_TOKEN` | — (required) | bearer token(s) clients must send; comma-separated to rotate |
+| `CHATQ_API_TOKEN` | — (this or the next required) | admin bearer token(s): every session; comma-separated to rotate |
+| `CHATQ_API_TOKENS` | — | scoped tokens `tenant:token,...` (in `chatq.settings`): each sees its tenant's sessions |
 | `CHATQ_API_MAX_BODY_BYTES` | largest valid turn | bigger request bodies are refused with 413 |
 | `CHATQ_SSE_HEARTBEAT` | `15` | seconds between SSE comment lines on an idle stream |
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from chatq.settings import Settings, get_settings, load_gateway_variables
+from chatq.settings import Settings, TenantToken, get_settings, load_gateway_variables
 
 TOKEN_ENV = "CHATQ_API_TOKEN"
 MAX_BODY_ENV = "CHATQ_API_MAX_BODY_BYTES"
@@ -42,7 +43,9 @@ class GatewaySettings:
     """Validated gateway configuration."""
 
     tokens: tuple[str, ...] = field(default=(), repr=False)
-    """Accepted bearer tokens (`CHATQ_API_TOKEN`); never logged."""
+    """Accepted admin bearer tokens (`CHATQ_API_TOKEN`): every session; never logged."""
+    tenant_tokens: tuple[TenantToken, ...] = field(default=(), repr=False)
+    """Scoped tokens (`CHATQ_API_TOKENS`): each sees only its tenant's sessions; never logged."""
     max_body_bytes: int = 1_000_000
     """Largest accepted request body (`CHATQ_API_MAX_BODY_BYTES`)."""
     heartbeat: float = 15.0
@@ -61,6 +64,7 @@ def load_gateway_settings(
     max_body = variables.api_max_body_bytes
     return GatewaySettings(
         tokens=() if unauthenticated else variables.api_tokens,
+        tenant_tokens=() if unauthenticated else variables.tenant_tokens,
         max_body_bytes=max_body if max_body is not None else largest_valid_body(settings),
         heartbeat=variables.sse_heartbeat,
         unauthenticated=unauthenticated,

@@ -24,7 +24,9 @@ BASE_SCHEMA: dict[str, Any] = {
             "The chatq producer API over HTTP and its stream events as Server-Sent Events. "
             "Every request except `GET /`, `GET /healthz`, `GET /readyz` and `GET /openapi.json` needs "
             "`Authorization: Bearer <CHATQ_API_TOKEN>`; the two event streams also accept "
-            "`?access_token=` because a browser's EventSource cannot send headers. "
+            "`?access_token=` because a browser's EventSource cannot send headers. A scoped token "
+            "(`CHATQ_API_TOKENS`, one tenant's) sees only the sessions it created, their turns and "
+            "streams: another tenant's answer 404, exactly as ids that do not exist. "
             'Errors are JSON objects `{"error": "one clear line"}`.'
         ),
     },
@@ -64,6 +66,20 @@ BASE_SCHEMA: dict[str, Any] = {
                 "in": "query",
                 "required": False,
                 "description": "Same as the Last-Event-ID header, for clients that cannot set it; the header wins.",
+                "schema": {"type": "string"},
+            },
+            "Limit": {
+                "name": "limit",
+                "in": "query",
+                "required": False,
+                "description": "rows per page",
+                "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
+            },
+            "Cursor": {
+                "name": "cursor",
+                "in": "query",
+                "required": False,
+                "description": "the `next_cursor` of the previous page (opaque)",
                 "schema": {"type": "string"},
             },
             "AccessToken": {
@@ -146,6 +162,66 @@ BASE_SCHEMA: dict[str, Any] = {
                 "properties": {
                     "session_id": {"type": "string", "format": "uuid"},
                     "links": {"type": "object", "additionalProperties": {"type": "string"}},
+                },
+            },
+            "StoredSession": {
+                "type": "object",
+                "description": "A session as stored (`chatq session show --json`).",
+                "properties": {
+                    "id": {"type": "string", "format": "uuid"},
+                    "framework": {"type": "string"},
+                    "model": {"type": ["string", "null"], "description": "null: the worker's default model"},
+                    "system_prompt": {"type": ["string", "null"]},
+                    "metadata": {"type": "object"},
+                    "knowledge_bases": {"type": "array", "items": {"type": "string"}},
+                    "tenant": {"type": ["string", "null"], "description": "the scoped token's tenant that created it"},
+                    "turns": {"type": "integer", "description": "turns submitted so far"},
+                    "created_at": {"type": "string", "format": "date-time"},
+                    "last_active_at": {"type": "string", "format": "date-time"},
+                    "links": {"type": "object", "additionalProperties": {"type": "string"}},
+                },
+            },
+            "SessionPage": {
+                "type": "object",
+                "required": ["sessions", "next_cursor"],
+                "properties": {
+                    "sessions": {"type": "array", "items": {"$ref": "#/components/schemas/StoredSession"}},
+                    "next_cursor": {"type": ["string", "null"], "description": "null on the last page"},
+                },
+            },
+            "SessionChange": {
+                "type": "object",
+                "additionalProperties": False,
+                "minProperties": 1,
+                "properties": {
+                    "system_prompt": {"type": ["string", "null"], "description": "null removes it"},
+                    "model": {"type": ["string", "null"], "description": "null: the worker's default model"},
+                    "metadata": {"type": ["object", "null"], "description": "replaces the metadata"},
+                    "knowledge_bases": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": "replaces the attached knowledge bases (names)",
+                    },
+                },
+            },
+            "DeletedSession": {
+                "type": "object",
+                "properties": {
+                    "session_id": {"type": "string", "format": "uuid"},
+                    "turns": {"type": "integer", "description": "turns deleted with it"},
+                    "stopped": {
+                        "type": "array",
+                        "items": {"type": "string", "format": "uuid"},
+                        "description": "unfinished turns stopped first",
+                    },
+                },
+            },
+            "TurnPage": {
+                "type": "object",
+                "required": ["turns", "next_cursor"],
+                "properties": {
+                    "turns": {"type": "array", "items": {"$ref": "#/components/schemas/Turn"}},
+                    "next_cursor": {"type": ["string", "null"], "description": "the page of older turns; null if none"},
                 },
             },
             "NewTurn": {

@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from chatq.settings import get_settings, mask_secrets
-from worker.gateway.auth import QUERY_TOKEN, bearer_token, token_matches
+from worker.gateway.auth import ADMIN, QUERY_TOKEN, bearer_token, match_token
 from worker.gateway.config import GatewaySettings
 
 __all__ = [
@@ -116,19 +116,25 @@ class Gateway:
             await self._redis.aclose()
             self._redis = None
 
-    def authorize(self, request: Request, *, query_ok: bool = False) -> None:
-        """Raise 401 unless the request carries an accepted token (a query token only where allowed)."""
+    def authorize(self, request: Request, *, query_ok: bool = False) -> str | None:
+        """The tenant the request's token is scoped to (None: an admin token, every session).
+
+        Raises 401 unless the request carries an accepted token (a query token only where allowed).
+        """
         if self.settings.unauthenticated:
-            return
+            return None
         token = bearer_token(request.headers)
         if token is None and query_ok:
             token = request.query_params.get(QUERY_TOKEN)
-        if not token_matches(token, self.settings.tokens):
-            where = "an Authorization: Bearer header" + (" or ?access_token=" if query_ok else "")
-            message = "missing bearer token" if token is None else "wrong bearer token"
-            raise HTTPException(
-                401, f"{message}: send CHATQ_API_TOKEN in {where}", headers={"WWW-Authenticate": 'Bearer realm="chatq"'}
-            )
+        scoped = ((entry.tenant, entry.token) for entry in self.settings.tenant_tokens)
+        tenant = match_token(token, self.settings.tokens, scoped)
+        if tenant is not None:
+            return None if tenant == ADMIN else tenant
+        where = "an Authorization: Bearer header" + (" or ?access_token=" if query_ok else "")
+        message = "missing bearer token" if token is None else "wrong bearer token"
+        raise HTTPException(
+            401, f"{message}: send CHATQ_API_TOKEN in {where}", headers={"WWW-Authenticate": 'Bearer realm="chatq"'}
+        )
 
     async def read_json(self, request: Request) -> dict[str, Any]:
         """The request body as a JSON object: 413 over the size limit, 415 if not JSON, 422 if malformed."""

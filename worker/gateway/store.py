@@ -15,16 +15,22 @@ RECENT_FINISH = timedelta(seconds=60)
 """Finished turns younger than this may still have their terminal event on the way."""
 
 
-def session_exists(session_id: uuid.UUID) -> bool:
-    """True if the session is stored."""
+def session_exists(session_id: uuid.UUID, tenant: str | None = None) -> bool:
+    """True if the session is stored (and, with `tenant`, is that tenant's)."""
+    query = select(ChatSession.id).where(ChatSession.id == session_id)
+    if tenant is not None:
+        query = query.where(ChatSession.tenant == tenant)
     with session_scope() as db:
-        return db.get(ChatSession, session_id) is not None
+        return db.execute(query).first() is not None
 
 
-def turn_exists(turn_id: uuid.UUID) -> bool:
-    """True if the turn is stored."""
+def turn_exists(turn_id: uuid.UUID, tenant: str | None = None) -> bool:
+    """True if the turn is stored (and, with `tenant`, its session is that tenant's)."""
+    query = select(Turn.id).where(Turn.id == turn_id)
+    if tenant is not None:
+        query = query.join(ChatSession, ChatSession.id == Turn.session_id).where(ChatSession.tenant == tenant)
     with session_scope() as db:
-        return db.execute(select(Turn.id).where(Turn.id == turn_id)).first() is not None
+        return db.execute(query).first() is not None
 
 
 def turns_from(session_id: uuid.UUID, position: int) -> list[tuple[str, int]]:

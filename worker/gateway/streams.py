@@ -63,13 +63,16 @@ async def stream_turn(request: Request) -> Response:
     from worker.queries import turn_report
 
     gateway = gateway_of(request)
-    gateway.authorize(request, query_ok=True)
+    tenant = gateway.authorize(request, query_ok=True)
     turn_id = path_uuid(request, "turn_id", "turn")
     raw_after = last_event_id(request)
     try:
         after = parse_last_event_id(raw_after) if raw_after is not None else 0
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from None
+    if tenant is not None and not await threaded(store.turn_exists, turn_id, tenant):
+        # A scoped token reads only its tenant's turns; the same answer as for no turn at all.
+        raise HTTPException(404, f"no such turn: {turn_id}")
     client = gateway.redis()
     newest: Any = await client.xrevrange(turn_stream(turn_id), count=1)
     if newest:
@@ -127,14 +130,14 @@ async def stream_session(request: Request) -> Response:
       "503": {$ref: "#/components/responses/Error503"}
     """
     gateway = gateway_of(request)
-    gateway.authorize(request, query_ok=True)
+    tenant = gateway.authorize(request, query_ok=True)
     session_id = path_uuid(request, "session_id", "session")
     raw_cursor = last_event_id(request)
     try:
         cursor = SessionCursor.parse(raw_cursor) if raw_cursor is not None else None
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from None
-    if not await threaded(store.session_exists, session_id):
+    if not await threaded(store.session_exists, session_id, tenant):
         raise HTTPException(404, f"no such session: {session_id}")
     client = gateway.redis()
 

@@ -14,11 +14,14 @@ from worker.runtime.webhooks import WebhookHooks
 
 
 def default_hooks() -> list[TurnHooks]:
-    """The hooks every worker runs, in order: Prometheus metrics, the per-turn log lines, webhook deliveries.
+    """The hooks every worker runs, in order: Prometheus metrics, the per-turn log lines, webhook
+    deliveries, then the clean-up after turns whose session was deleted under them.
 
     A new observer is one more `TurnHooks` subclass appended here.
     """
-    return [MetricsHooks(), LogHooks(), WebhookHooks()]
+    from worker.runtime.deletion import ForgetDeletedTurns
+
+    return [MetricsHooks(), LogHooks(), WebhookHooks(), ForgetDeletedTurns()]
 
 
 _registry: PerProcess[HookRegistry] = PerProcess(lambda: HookRegistry(default_hooks()))

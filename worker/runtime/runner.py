@@ -19,7 +19,7 @@ from chatq.settings import mask_secrets
 from handlers.context import running_turn
 from handlers.errors import AgentInvocationError, HandlerError, ProviderBusy, UnknownFramework
 from models.tables import TurnStatus
-from worker.errors import ConfigError, HandBack, InvalidTurn, LeaseLost, TurnCancelled
+from worker.errors import ConfigError, HandBack, InvalidTurn, LeaseLost, SessionDeleted, TurnCancelled
 from worker.events import EventType, TurnEvents
 from worker.ops.logs import set_attempt, turn_context
 from worker.payload import TurnRequest
@@ -100,6 +100,12 @@ def _execute(request: TurnRequest, *, queue: str, worker: str, runtime: Runtime)
     if claimed.status is claims.ClaimStatus.NOT_FOUND:
         try:
             claims.ensure_turn(request, queue=queue)
+        except SessionDeleted:
+            # A message left in Redis by a session deleted since: nothing to run, nothing to publish.
+            log.info(
+                "turn %s session %s: the session was deleted; message dropped", request.turn_id, request.session_id
+            )
+            return Result(outcome=Outcome.SKIPPED)
         except InvalidTurn as exc:
             reject(request.turn_id, request.session_id, exc.message, runtime=runtime)
             return Result(outcome=Outcome.FAILED, error=exc.message)

@@ -20,7 +20,7 @@ from datetime import timedelta
 from sqlalchemy import and_, func, or_, select, text
 from sqlalchemy.orm import Session
 
-from chatq.settings import Settings, get_settings
+from chatq.settings import Settings, get_settings, mask_secrets
 from models.db import session_scope, unpooled_connection
 from models.tables import ChatMessage, Turn, TurnStatus
 from worker.runtime import bindings, claims
@@ -39,10 +39,12 @@ class SweepReport:
     """Turns sent again (lost messages and expired leases)."""
     expired_leases: int
     """Of those, turns taken back from a worker whose lease ran out."""
+    purged: int = 0
+    """Sessions deleted for being idle past CHATQ_RETENTION_DAYS."""
 
     def as_dict(self) -> dict[str, int]:
         """JSON form for the task result and logs."""
-        return {"resent": self.resent, "expired_leases": self.expired_leases}
+        return {"resent": self.resent, "expired_leases": self.expired_leases, "purged": self.purged}
 
 
 def declare_queues() -> None:
@@ -70,7 +72,25 @@ def sweep_once(settings: Settings | None = None) -> SweepReport:
         log.warning("turn %s: lease expired, handed to another worker", turn_id)
     if resend:
         log.info("sweeper re-sent %d turn(s), %d after an expired lease", len(resend), len(expired))
-    return SweepReport(resent=len(resend), expired_leases=len(expired))
+    return SweepReport(resent=len(resend), expired_leases=len(expired), purged=purge_expired(settings))
+
+
+def purge_expired(settings: Settings | None = None) -> int:
+    """Retention: sessions idle past CHATQ_RETENTION_DAYS (unset: none), then old deleted-session digests."""
+    from worker.runtime import deletion
+
+    retention_days = (settings or get_settings()).retention_days
+    purged = 0
+    try:
+        if retention_days is not None:
+            purged = deletion.purge_idle_sessions(retention_days)
+        deletion.purge_tombstones()
+    except Exception as exc:  # the re-sending above matters more: never let retention break a sweep
+        log.warning(
+            "retention purge failed (next sweep tries again): %s",
+            (mask_secrets(str(exc)).splitlines() or [type(exc).__name__])[0],
+        )
+    return purged
 
 
 def _next_turn(db: Session, turn: Turn) -> NextTurn:

@@ -121,7 +121,7 @@ INSERT_TURN = text(
     """
     WITH taken AS (
         -- Not for a turn id that exists: outside a transaction the position could not be given back.
-        UPDATE chat_sessions SET next_turn_position = next_turn_position + 1
+        UPDATE chat_sessions SET next_turn_position = next_turn_position + 1, last_active_at = now()
         WHERE id = :session_id AND NOT EXISTS (SELECT 1 FROM turns WHERE id = :turn_id)
         RETURNING next_turn_position - 1 AS position
     ),

@@ -17,8 +17,8 @@ from sqlalchemy.orm import Session
 
 from handlers.base import SessionInfo
 from models.db import connection_scope, session_scope
-from models.tables import ACTIVE_STATUSES, ChatMessage, ChatSession, Turn
-from worker.errors import InvalidTurn, SessionNotFound
+from models.tables import ACTIVE_STATUSES, ChatMessage, ChatSession, DeletedSession, Turn
+from worker.errors import InvalidTurn, SessionDeleted, SessionNotFound
 from worker.payload import TurnRequest
 
 log = logging.getLogger(__name__)
@@ -72,11 +72,15 @@ def ensure_session(db: Session, session_id: uuid.UUID) -> None:
 
     The model is left NULL like that of any session created without one: the worker's default.
     """
-    db.execute(
+    inserted = db.execute(
         pg_insert(ChatSession)
         .values(id=session_id, agent_framework="langgraph", model=None, metadata_={})
         .on_conflict_do_nothing(index_elements=[ChatSession.id])
-    )
+        .returning(ChatSession.id)
+    ).first()
+    if inserted is not None and db.get(DeletedSession, DeletedSession.digest_of(session_id)) is not None:
+        # A message of a session deleted since it was sent: the session stays deleted.
+        raise SessionDeleted(f"session {session_id} was deleted")
 
 
 def lock_session(db: Session, session_id: uuid.UUID) -> ChatSession:

@@ -6,7 +6,7 @@ id sent as `X-Chatq-Delivery` on every attempt, the body fixed at the first atte
 attempts, last status code and last error shown by `chatq show` and `GET /turns/{id}`.
 
 Revision ID: 0007
-Revises: 0005
+Revises: 0006
 Create Date: 2026-12-02 11:00:00
 """
 
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0007"
-down_revision: str | None = "0005"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -141,6 +141,11 @@ def test_cancel_a_queued_turn_then_cancelling_a_finished_one_is_409(api: httpx.C
         ("POST", f"/turns/{uuid.uuid4()}/cancel"),
         ("GET", f"/turns/{uuid.uuid4()}/events"),
         ("GET", f"/sessions/{uuid.uuid4()}/events"),
+        ("GET", "/sessions"),
+        ("GET", f"/sessions/{uuid.uuid4()}"),
+        ("PATCH", f"/sessions/{uuid.uuid4()}"),
+        ("DELETE", f"/sessions/{uuid.uuid4()}"),
+        ("GET", f"/sessions/{uuid.uuid4()}/turns"),
     ],
 )
 def test_every_api_endpoint_wants_the_token(anonymous: httpx.Client, method: str, path: str) -> None:
@@ -167,8 +172,9 @@ def test_the_openapi_document_describes_every_endpoint(anonymous: httpx.Client) 
     document = anonymous.get("/openapi.json").json()
     assert document["openapi"].startswith("3.")
     expected = {
-        "/sessions": {"post"},
-        "/sessions/{session_id}/turns": {"post"},
+        "/sessions": {"post", "get"},
+        "/sessions/{session_id}": {"get", "patch", "delete"},
+        "/sessions/{session_id}/turns": {"post", "get"},
         "/sessions/{session_id}/events": {"get"},
         "/turns/{turn_id}": {"get"},
         "/turns/{turn_id}/cancel": {"post"},

@@ -231,3 +231,88 @@ def test_the_page_resumes_a_reply_after_the_gateway_dies_with_nothing_lost_or_re
         first.kill()
         if second is not None:
             second.stop()
+
+
+# ------------------------------------------------------------------------- sessions and history
+
+
+def _api_session(gateway: GatewayProcess, turns: list[str]) -> tuple[str, list[str]]:
+    """A session with these turns, submitted over HTTP and waited for."""
+    import httpx
+
+    from tests.support.turns import wait_for_turn
+
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=gateway.base_url, headers=headers, timeout=30) as client:
+        session_id = client.post("/sessions", json={"model": STUB_MODEL}).json()["session_id"]
+        turn_ids = [
+            client.post(f"/sessions/{session_id}/turns", json={"content": content}).json()["turn_id"]
+            for content in turns
+        ]
+    for turn_id in turn_ids:
+        if "[slow:" not in turns[turn_ids.index(turn_id)]:
+            wait_for_turn(uuid.UUID(turn_id))
+    return session_id, turn_ids
+
+
+def test_the_page_lists_sessions_and_reopening_one_shows_its_history(page: Any, gateway: GatewayProcess) -> None:
+    older, _ = _api_session(gateway, ["first question", "six times seven [calc: 6*7]"])
+    newer, _ = _api_session(gateway, ["in the newer session"])
+    page.goto(f"{gateway.base_url}/#token={TOKEN}")
+    page.wait_for_selector(f"#session-list button[data-session-id='{older}']")
+    listed = page.eval_on_selector_all("#session-list button", "buttons => buttons.map(b => b.dataset.sessionId)")
+    assert listed.index(newer) < listed.index(older), "newest first"
+    page.click(f"#session-list button[data-session-id='{older}']")
+    page.wait_for_selector(".msg.assistant:nth-of-type(4)[data-state=done]")
+    assert page.locator(".msg.user").all_text_contents() == ["first question", "six times seven [calc: 6*7]"]
+    replies = page.locator(".msg.assistant .text").all_text_contents()
+    assert replies == ["You said: first question", "The answer is 42."]
+    chip = page.locator(".msg.assistant").nth(1).locator("li[data-tool-id]")
+    assert chip.text_content() == "calculator" and chip.get_attribute("data-status") == "finished"
+    assert page.text_content("#session-id") == f"session {older}"
+    assert f"session={older}" in page.url
+    assert page.get_attribute(f"#session-list button[data-session-id='{older}']", "aria-current") == "true"
+    # The conversation goes on in the reopened session, with its history.
+    reply = send(page, "and again")
+    page.wait_for_selector(".msg.assistant:nth-of-type(6)[data-state=done]")
+    assert reply.locator(".text").text_content() == "You said: and again"
+    assert page.text_content("#session-id") == f"session {older}"
+
+
+def test_reopening_a_session_mid_reply_shows_its_history_then_the_reply_live(
+    page: Any, gateway: GatewayProcess
+) -> None:
+    session_id, turns = _api_session(gateway, ["hello", "long [words: 60] [slow: 0.05]"])
+    from tests.support.turns import wait_for_status
+
+    wait_for_status(uuid.UUID(turns[1]), "running")
+    page.goto(f"{gateway.base_url}/?session={session_id}#token={TOKEN}")
+    page.evaluate(RECORDER)
+    first = page.locator(".msg.assistant").nth(0)
+    first.wait_for()
+    assert first.get_attribute("data-state") == "done"
+    assert first.locator(".text").text_content() == "You said: hello"
+    page.wait_for_selector(".msg.assistant:nth-of-type(4)[data-state=streaming]")
+    page.wait_for_selector(".msg.assistant:nth-of-type(4)[data-state=done]", timeout=60_000)
+    live = page.locator(".msg.assistant").nth(1)
+    # From its first event, then live: every word once, in order.
+    assert live.locator(".text").text_content() == " ".join(f"w{i}" for i in range(1, 61))
+    assert "streaming" in page.evaluate("window.__seen")["states"]
+    assert page.is_enabled("#send")
+
+
+def test_more_loads_older_sessions(page: Any, gateway: GatewayProcess) -> None:
+    import httpx
+
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=gateway.base_url, headers=headers, timeout=30) as client:
+        oldest = client.post("/sessions", json={}).json()["session_id"]
+        for _ in range(20):
+            client.post("/sessions", json={})
+    page.goto(f"{gateway.base_url}/#token={TOKEN}")
+    page.wait_for_selector("#session-list button")
+    assert page.locator("#session-list button").count() == 20
+    assert page.locator(f"#session-list button[data-session-id='{oldest}']").count() == 0
+    page.click("#more-sessions")
+    page.wait_for_selector(f"#session-list button[data-session-id='{oldest}']")
+    assert page.locator("#session-list button").count() > 20

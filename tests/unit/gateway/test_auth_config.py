@@ -112,3 +112,67 @@ def test_the_default_body_limit_fits_the_largest_valid_turn() -> None:
         ).max_body_bytes
         == 4096
     )
+
+
+# ------------------------------------------------------------------------- scoped tokens (tenants)
+
+
+def test_tenant_tokens_are_tenant_colon_token_pairs() -> None:
+    from chatq.settings import TenantToken, parse_tenant_tokens
+
+    parsed = parse_tenant_tokens(f" acme:{TOKEN} , globex.eu-1:{TOKEN}-2,acme:{TOKEN}-3 ")
+    assert parsed == (
+        TenantToken(tenant="acme", token=TOKEN),
+        TenantToken(tenant="globex.eu-1", token=f"{TOKEN}-2"),
+        TenantToken(tenant="acme", token=f"{TOKEN}-3"),
+    )
+    assert TOKEN not in repr(parsed)
+    assert parse_tenant_tokens("") == ()
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        (TOKEN, "entry 1 of CHATQ_API_TOKENS must be tenant:token"),
+        (f":{TOKEN}", "must be tenant:token"),
+        (f"a b:{TOKEN}", "must be tenant:token"),
+        (f"{'x' * 65}:{TOKEN}", "must be tenant:token"),
+        ("acme:short", "entry 1 of CHATQ_API_TOKENS: the token is shorter than 16"),
+        (f"acme:{TOKEN},globex:{TOKEN} x", "entry 2 of CHATQ_API_TOKENS: the token must be printable ASCII"),
+        (f"acme:{TOKEN},globex:{TOKEN}", "the same token is given to tenants 'acme' and 'globex'"),
+    ],
+)
+def test_bad_tenant_tokens_are_refused_in_one_line_without_the_token(raw: str, fragment: str) -> None:
+    from chatq.settings import load_gateway_variables
+
+    with pytest.raises(ConfigError) as error:
+        load_gateway_variables({"CHATQ_API_TOKENS": raw})
+    assert fragment in error.value.message
+    assert "\n" not in error.value.message and TOKEN not in error.value.message
+
+
+def test_scoped_tokens_alone_start_a_gateway_and_may_not_double_as_admin_tokens() -> None:
+    gateway = load_gateway_settings({"CHATQ_API_TOKENS": f"acme:{TOKEN}-t"}, settings=Settings())
+    assert gateway.tokens == () and [t.tenant for t in gateway.tenant_tokens] == ["acme"]
+    with pytest.raises(ConfigError, match="also in CHATQ_API_TOKEN"):
+        load_gateway_settings(
+            {"CHATQ_API_TOKENS": f"acme:{TOKEN}-t", "CHATQ_API_TOKEN": f"{TOKEN}-t"}, settings=Settings()
+        )
+
+
+def test_a_token_matches_its_tenant_or_the_admin_and_nothing_else() -> None:
+    from worker.gateway.auth import ADMIN, match_token
+
+    scoped = [("acme", f"{TOKEN}-a"), ("globex", f"{TOKEN}-g")]
+    assert match_token(TOKEN, [TOKEN], scoped) == ADMIN
+    assert match_token(f"{TOKEN}-a", [TOKEN], scoped) == "acme"
+    assert match_token(f"{TOKEN}-g", [TOKEN], scoped) == "globex"
+    for wrong in (f"{TOKEN}-", f"{TOKEN}-ax", None, "\udcff"):
+        assert match_token(wrong, [TOKEN], scoped) is None
+
+
+def test_scoped_tokens_are_masked_as_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chatq.settings import mask_secrets
+
+    monkeypatch.setenv("CHATQ_API_TOKENS", f"acme:{TOKEN}-masked")
+    assert mask_secrets(f"token {TOKEN}-masked leaked") == "token *** leaked"
