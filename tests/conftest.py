@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -15,6 +16,14 @@ pytest_plugins = ["tests.support.fixtures"]
 # The `chatq` processes the suite starts run in the checkout, where a developer may keep a `.env`
 # (docker compose's) or `.local/services.env`: they read no env file, only what each test sets.
 os.environ["CHATQ_ENV_FILES"] = ""
+
+
+@pytest.fixture(autouse=True)
+def _test_started() -> None:
+    """Note when each test starts (tests.support.broker counts only messages taken since)."""
+    from tests.support.broker import test_clock
+
+    test_clock.started = time.time()
 
 
 @pytest.fixture(scope="session")
