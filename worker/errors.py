@@ -8,6 +8,7 @@ from __future__ import annotations
 from chatq.errors import ChatqError, ConfigError, SessionNotFound, TurnNotFound
 
 __all__ = [
+    "BatchNotFound",
     "ChatqError",
     "CliError",
     "ConfigError",
@@ -42,6 +43,10 @@ class InvalidCursor(InvalidTurn):
 
 class SessionDeleted(SessionNotFound):
     """The session was deleted."""
+
+
+class BatchNotFound(ChatqError):
+    """No session belongs to this batch."""
 
 
 class WaitTimeout(ChatqError):

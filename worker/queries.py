@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from models.db import session_scope
 from models.tables import ChatMessage, ChatSession, PaidToolCall, Turn, UsageRollup, WebhookDelivery
-from worker.errors import SessionNotFound, TurnNotFound
+from worker.errors import BatchNotFound, SessionNotFound, TurnNotFound
 from worker.history import message_dict, turn_dict
 from worker.payload import parse_uuid
 
@@ -82,7 +82,9 @@ def usage_report(session_id: uuid.UUID | str | None = None, *, batch: str | None
     and `currency`. Tool costs are what each paid call cost when it was made; token costs are
     estimated now from `CHATQ_PRICES` (see `handlers.accounting`); a model without a price there
     has `estimated_cost` None and is listed in `unpriced_models`. Sessions that name no model (the
-    worker's default) are one row with `model` None, unpriced.
+    worker's default) are one row with `model` None, unpriced. When no model used has a price,
+    `token_cost` is None, and so is `estimated_cost` unless paid tools were called.
+    SessionNotFound for an unknown session, BatchNotFound for a batch without sessions.
     """
     from handlers.accounting import load_prices
 
@@ -118,6 +120,10 @@ def usage_report(session_id: uuid.UUID | str | None = None, *, batch: str | None
             query = query.where(Turn.session_id == session_uuid)
             tools = tools.where(PaidToolCall.session_id == session_uuid)
         if batch is not None:
+            # Containment, so the metadata's GIN index answers (`chatq batch` stores {"batch": ID}).
+            exists = select(ChatSession.id).where(ChatSession.metadata_.contains({"batch": batch})).limit(1)
+            if db.execute(exists).first() is None:
+                raise BatchNotFound(f"batch {batch!r} does not exist (no session belongs to it)")
             in_batch = ChatSession.metadata_["batch"].astext == batch
             query = query.where(in_batch)
             tools = tools.join(ChatSession, ChatSession.id == PaidToolCall.session_id).where(in_batch)
@@ -154,6 +160,9 @@ def usage_report(session_id: uuid.UUID | str | None = None, *, batch: str | None
     keys = ("turns", "prompt_tokens", "completion_tokens", "total_tokens")
     totals = {key: sum(int(row[key]) for row in by_model) for key in keys}
     tool_cost = sum((Decimal(str(row["cost"])) for row in by_tool), Decimal(0))
+    # Nothing priced is no price, not a cost of zero (a model with a price of 0, like echo, is priced).
+    priced = any(row["estimated_cost"] is not None for row in by_model) or not by_model
+    estimated = None if not priced and not by_tool else token_cost + tool_cost
     return {
         "session_id": str(session_uuid) if session_uuid else None,
         **totals,
@@ -162,8 +171,8 @@ def usage_report(session_id: uuid.UUID | str | None = None, *, batch: str | None
         "tool_calls": sum(row["calls"] for row in by_tool),
         "tool_cost": _money(tool_cost),
         "by_tool": by_tool,
-        "token_cost": _money(token_cost),
-        "estimated_cost": _money(token_cost + tool_cost),
+        "token_cost": _money(token_cost if priced else None),
+        "estimated_cost": _money(estimated),
         "unpriced_models": unpriced,
         "currency": prices.currency,
     }
@@ -232,7 +241,12 @@ def format_usage(report: dict[str, Any]) -> list[str]:
         for row in report["by_tool"]:
             lines.append(f"{row['tool']:<32} {row['calls']:>8} {row['units']:>12} {money(row['cost']):>14}")
     lines.append("")
-    lines.append(f"estimated cost: {money(report.get('estimated_cost'))} {currency}".rstrip())
-    if report.get("unpriced_models"):
-        lines.append(f"no price for: {', '.join(report['unpriced_models'])} (set CHATQ_PRICES)")
+    unpriced = report.get("unpriced_models")
+    if report.get("estimated_cost") is None:
+        lines.append(f"estimated cost: none, no price for: {', '.join(unpriced or [])} (set CHATQ_PRICES)")
+        return lines
+    partial = " for the priced part only" if unpriced else ""
+    lines.append(f"estimated cost: {money(report.get('estimated_cost'))} {currency}{partial}".rstrip())
+    if unpriced:
+        lines.append(f"no price for: {', '.join(unpriced)} (set CHATQ_PRICES)")
     return lines

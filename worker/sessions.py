@@ -1,4 +1,4 @@
-"""Changing a session after it was created: `update_session` (system prompt, model, metadata, knowledge bases).
+"""Changing a session after it was created: `update_session` (system prompt, model, metadata, knowledge bases, webhook).
 
 A change applies from the session's next claimed turn on: a turn claims the session row as it is
 when it starts, so a running turn finishes on what it started with.
@@ -21,6 +21,7 @@ from models.tables import SessionKnowledgeBase
 from worker.errors import InvalidTurn
 from worker.history import get_session, scoped_session
 from worker.payload import check_text, parse_uuid, validate_metadata, validate_model, validate_system_prompt
+from worker.webhook_urls import validate_webhook
 
 __all__ = ["KEEP", "Keep", "update_session"]
 
@@ -37,6 +38,9 @@ class Keep(enum.Enum):
 KEEP = Keep.KEEP
 """The default of each `update_session` field: unchanged (None means "clear" for some fields)."""
 
+_FIELD_NAMES = {"metadata_": "metadata", "webhook_url": "webhook"}
+"""Column attributes by the names `update_session` takes (for its log line)."""
+
 
 def update_session(
     session_id: uuid.UUID | str,
@@ -45,14 +49,17 @@ def update_session(
     model: str | Keep | None = KEEP,
     metadata: Mapping[str, Any] | Keep | None = KEEP,
     knowledge_bases: Sequence[str] | Keep = KEEP,
+    webhook: str | Keep | None = KEEP,
     tenant: str | None = None,
 ) -> dict[str, Any]:
     """Change what is given and return the session as `get_session` does.
 
     `system_prompt=None` removes the session's own instructions; `model=None` makes its turns run
     on the worker's default model; `metadata` replaces the metadata (None: empty);
-    `knowledge_bases` (names) replaces the attached set. SessionNotFound as for `get_session`,
-    KnowledgeBaseNotFound for an unknown name (then nothing changes).
+    `knowledge_bases` (names) replaces the attached set; `webhook` (an http(s) URL, checked as
+    `create_session` checks it) is where its turns are POSTed from now on, None: nowhere.
+    SessionNotFound as for `get_session`, KnowledgeBaseNotFound for an unknown name, WebhookRefused
+    (then nothing changes).
     """
     session_uuid = parse_uuid(str(session_id), "session_id")
     settings = get_settings()
@@ -63,6 +70,8 @@ def update_session(
         changes["model"] = validate_model(model)
     if not isinstance(metadata, Keep):
         changes["metadata_"] = validate_metadata(metadata)
+    if not isinstance(webhook, Keep):
+        changes["webhook_url"] = validate_webhook(webhook, allow_private=settings.webhook_allow_private)
     names: list[str] | None = None
     if not isinstance(knowledge_bases, Keep):
         if isinstance(knowledge_bases, str) or not all(isinstance(name, str) for name in knowledge_bases):
@@ -77,5 +86,5 @@ def update_session(
             if names:
                 attach_knowledge_bases(session_uuid, names, db=db)
     fields = sorted(changes) + (["knowledge_bases"] if names is not None else [])
-    log.info("session %s updated (%s)", session_uuid, ", ".join(name.rstrip("_") for name in fields) or "nothing")
+    log.info("session %s updated (%s)", session_uuid, ", ".join(_FIELD_NAMES.get(n, n) for n in fields) or "nothing")
     return get_session(session_uuid, tenant=tenant)

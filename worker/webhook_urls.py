@@ -59,7 +59,10 @@ def validate_webhook(url: object, *, allow_private: bool, name: str = "webhook")
     if literal is not None and not allow_private:
         problem = address_problem(literal)
         if problem:
-            raise WebhookRefused(f"{name} points at {problem} ({host}); set CHATQ_WEBHOOK_ALLOW_PRIVATE=1 to allow it")
+            raise WebhookRefused(
+                f"{name} points at {problem} ({host}); to allow it, set CHATQ_WEBHOOK_ALLOW_PRIVATE=1 where it "
+                "is stored and in the workers' environment (they check again when they send)"
+            )
     return url.strip()
 
 
@@ -81,8 +84,8 @@ def resolve_target(url: str, *, allow_private: bool) -> Target:
             problem = address_problem(ip) if ip is not None else "an unreadable address"
             if problem:
                 raise WebhookRefused(
-                    f"webhook host {host!r} resolves to {problem} ({address}); "
-                    "set CHATQ_WEBHOOK_ALLOW_PRIVATE=1 to allow it"
+                    f"webhook host {host!r} resolves to {problem} ({address}); to allow it, set "
+                    "CHATQ_WEBHOOK_ALLOW_PRIVATE=1 in the environment of the workers (they send the POST)"
                 )
     path = parts.path or "/"
     if parts.query:

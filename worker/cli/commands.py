@@ -62,24 +62,19 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_session_create(args: argparse.Namespace) -> int:
-    from chatq.settings import get_settings
+    from worker.cli.session_cli import metadata_pairs, warn_model
     from worker.producer import create_session
 
     session_id = create_session(
         framework=args.framework,
         model=args.model,
         system_prompt=args.system_prompt,
+        metadata=metadata_pairs(args.metadata),
         knowledge_bases=args.kb,
         webhook=args.webhook,
     )
     # Only a warning: the worker, not this terminal, runs the turns and may well have the key.
-    if args.model and get_settings().model_unavailable(args.model):
-        print(
-            f"chatq: warning: model {args.model.strip()!r} needs OPENAI_API_KEY or OPENAI_BASE_URL, and this "
-            "terminal sets neither. The session was created; its turns run in a worker, so the worker's "
-            "environment is what counts: they fail unless the worker sets one of them.",
-            file=sys.stderr,
-        )
+    warn_model(args.model)
     if args.json:
         _print_json({"session_id": str(session_id)})
     else:
@@ -113,9 +108,18 @@ def cmd_submit(args: argparse.Namespace) -> int:
         else:
             print(turn.turn_id)
         return EXIT_OK
-    if not args.json:
-        print(turn.turn_id, file=sys.stderr)
-    return _follow(turn.turn_id, json_lines=args.json)
+    try:
+        if not args.json:
+            print(turn.turn_id, file=sys.stderr)
+        return _follow(turn.turn_id, json_lines=args.json)
+    except KeyboardInterrupt:
+        # Ctrl-C stops the following, not the turn: say how to pick it up again (or stop it).
+        print(
+            f"\nchatq: stopped following; turn {turn.turn_id} goes on. "
+            f"Re-attach: chatq watch --turn {turn.turn_id}  (stop it: chatq cancel {turn.turn_id})",
+            file=sys.stderr,
+        )
+        raise
 
 
 def _follow(turn_id: uuid.UUID, *, json_lines: bool) -> int:
@@ -199,6 +203,8 @@ def _webhook_line(webhook: dict[str, Any]) -> str:
         return f"{webhook['url']}  (sent when the turn ends)"
     last = f"HTTP {webhook['last_status_code']}" if webhook["last_status_code"] is not None else "no answer"
     line = f"{webhook['url']}  {webhook['status']} after {webhook['attempts']} attempt(s), last {last}"
+    if not webhook["attempts"]:  # refused before any POST (the address rule)
+        line = f"{webhook['url']}  {webhook['status']}, no POST made"
     if webhook["last_error"] and webhook["status"] != "delivered":
         line += f": {webhook['last_error']}"
     return f"{line}  (delivery {webhook['delivery_id']})"
@@ -325,9 +331,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--kb", action="append", default=[], metavar="KB", help="attach this knowledge base (repeatable)"
     )
     create.add_argument("--webhook", metavar="URL", help="POST each turn here when it ends (http or https)")
+    create.add_argument(
+        "--metadata",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="store KEY with the string VALUE in its metadata (repeatable; `session list --metadata` filters on it)",
+    )
     create.add_argument("--json", action="store_true", help="print JSON")
     create.set_defaults(func=cmd_session_create)
-    importlib.import_module("worker.cli.session_cli").register_actions(session_sub)  # list, show, delete
+    importlib.import_module("worker.cli.session_cli").register_actions(session_sub)  # list, show, update, delete
 
     submit = sub.add_parser("submit", help="enqueue a turn and print its id")
     submit.add_argument("session", metavar="SESSION")

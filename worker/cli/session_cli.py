@@ -1,7 +1,10 @@
-"""`chatq session list|show|delete` and `chatq history`: sessions and their history from the command line.
+"""`chatq session list|show|update|delete` and `chatq history`: sessions and their history from the command line.
 
     chatq session list [--json] [--limit N] [--cursor C] [--metadata KEY=VALUE]... [--tenant T]
     chatq session show SESSION [--json]
+    chatq session update SESSION [--model NAME | --default-model] [--system-prompt TEXT | --no-system-prompt]
+                         [--metadata KEY=VALUE... | --no-metadata] [--kb KB... | --no-kb]
+                         [--webhook URL | --no-webhook] [--json]
     chatq session delete SESSION [--json]
     chatq history SESSION [--json] [--limit N] [--before CURSOR]
 
@@ -21,7 +24,7 @@ DEFAULT_LIMIT = 20
 
 
 def register_actions(actions: Any) -> None:
-    """Add `list`, `show` and `delete` to `chatq session`."""
+    """Add `list`, `show`, `update` and `delete` to `chatq session`."""
     listing = actions.add_parser("list", help="list sessions, newest first, a page at a time")
     listing.add_argument(
         "--limit", type=int, default=DEFAULT_LIMIT, help=f"sessions per page (default {DEFAULT_LIMIT})"
@@ -43,6 +46,8 @@ def register_actions(actions: Any) -> None:
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(func=cmd_show)
 
+    _register_update(actions)
+
     delete = actions.add_parser("delete", help="stop a session's turns and delete it with its history")
     delete.add_argument("session", metavar="SESSION")
     delete.add_argument("--json", action="store_true", help="print JSON")
@@ -59,11 +64,46 @@ def register(sub: Any) -> None:
     history.set_defaults(func=cmd_history)
 
 
+def _register_update(actions: Any) -> None:
+    update = actions.add_parser(
+        "update",
+        help="change a session's model, instructions, metadata, knowledge bases or webhook",
+        description="Change what is given; the session's next turns see it (a running turn finishes as it started). "
+        "--metadata and --kb replace the whole metadata or set of knowledge bases, as PATCH /sessions/{id} does.",
+    )
+    update.add_argument("session", metavar="SESSION")
+    model = update.add_mutually_exclusive_group()
+    model.add_argument("--model", help="run its turns on this model")
+    model.add_argument("--default-model", action="store_true", help="run its turns on the worker's default model")
+    prompt = update.add_mutually_exclusive_group()
+    prompt.add_argument("--system-prompt", help="the session's own instructions")
+    prompt.add_argument("--no-system-prompt", action="store_true", help="remove its instructions")
+    metadata = update.add_mutually_exclusive_group()
+    metadata.add_argument(
+        "--metadata",
+        action="append",
+        metavar="KEY=VALUE",
+        help="the session's metadata becomes exactly these pairs (repeatable; a key left out is removed)",
+    )
+    metadata.add_argument("--no-metadata", action="store_true", help="remove all its metadata")
+    kbs = update.add_mutually_exclusive_group()
+    kbs.add_argument(
+        "--kb", action="append", metavar="KB", help="attach exactly these knowledge bases (repeatable; replaces)"
+    )
+    kbs.add_argument("--no-kb", action="store_true", help="detach all its knowledge bases")
+    webhook = update.add_mutually_exclusive_group()
+    webhook.add_argument("--webhook", metavar="URL", help="POST each turn here when it ends (http or https)")
+    webhook.add_argument("--no-webhook", action="store_true", help="stop POSTing its turns")
+    update.add_argument("--json", action="store_true", help="print the session after the change as JSON")
+    update.set_defaults(func=cmd_update)
+
+
 def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, default=str))
 
 
-def _metadata_filter(pairs: list[str]) -> dict[str, str]:
+def metadata_pairs(pairs: list[str]) -> dict[str, str]:
+    """`--metadata KEY=VALUE` options as a dict (the value is a string, maybe empty; a later KEY wins)."""
     from worker.errors import CliError
 
     wanted: dict[str, str] = {}
@@ -75,11 +115,24 @@ def _metadata_filter(pairs: list[str]) -> dict[str, str]:
     return wanted
 
 
+def warn_model(model: str | None) -> None:
+    """Warn when `model` needs a key this terminal lacks: only a warning, the worker runs the turns."""
+    from chatq.settings import get_settings
+
+    if model and get_settings().model_unavailable(model):
+        print(
+            f"chatq: warning: model {model.strip()!r} needs OPENAI_API_KEY or OPENAI_BASE_URL, and this "
+            "terminal sets neither. The session was stored; its turns run in a worker, so the worker's "
+            "environment is what counts: they fail unless the worker sets one of them.",
+            file=sys.stderr,
+        )
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from worker.producer import list_sessions
 
     page = list_sessions(
-        limit=args.limit, cursor=args.cursor, metadata=_metadata_filter(args.metadata) or None, tenant=args.tenant
+        limit=args.limit, cursor=args.cursor, metadata=metadata_pairs(args.metadata) or None, tenant=args.tenant
     )
     if args.json:
         _print_json({"sessions": page.sessions, "next_cursor": page.next_cursor})
@@ -104,6 +157,40 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(session)
         return 0
+    _print_session(session)
+    return 0
+
+
+def cmd_update(args: argparse.Namespace) -> int:
+    from worker.errors import CliError
+    from worker.producer import KEEP, update_session
+
+    def pick(value: Any, clear: bool) -> Any:
+        return None if clear else KEEP if value is None else value
+
+    changes: dict[str, Any] = {
+        "model": pick(args.model, args.default_model),
+        "system_prompt": pick(args.system_prompt, args.no_system_prompt),
+        "metadata": pick(None if args.metadata is None else metadata_pairs(args.metadata), args.no_metadata),
+        "knowledge_bases": [] if args.no_kb else KEEP if args.kb is None else args.kb,
+        "webhook": pick(args.webhook, args.no_webhook),
+    }
+    if all(value is KEEP for value in changes.values()):
+        raise CliError(
+            "nothing to change: give --model, --default-model, --system-prompt, --no-system-prompt, --metadata, "
+            "--no-metadata, --kb, --no-kb, --webhook or --no-webhook"
+        )
+    session = update_session(args.session, **changes)
+    if isinstance(changes["model"], str):
+        warn_model(changes["model"])
+    if args.json:
+        _print_json(session)
+    else:
+        _print_session(session)
+    return 0
+
+
+def _print_session(session: dict[str, Any]) -> None:
     print(f"session        {session['id']}")
     print(f"framework      {session['framework']}")
     print(f"model          {session['model'] or '(worker default)'}")
@@ -116,9 +203,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"knowledge      {', '.join(session['knowledge_bases'])}")
     if session["metadata"]:
         print(f"metadata       {json.dumps(session['metadata'], ensure_ascii=False)}")
+    if session.get("webhook"):
+        print(f"webhook        {session['webhook']}")
     if session["system_prompt"]:
         print(f"system prompt  {session['system_prompt']}")
-    return 0
 
 
 def cmd_delete(args: argparse.Namespace) -> int:

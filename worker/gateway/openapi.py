@@ -174,6 +174,7 @@ BASE_SCHEMA: dict[str, Any] = {
                     "system_prompt": {"type": ["string", "null"]},
                     "metadata": {"type": "object"},
                     "knowledge_bases": {"type": "array", "items": {"type": "string"}},
+                    "webhook": {"type": ["string", "null"], "description": "where its turns are POSTed when they end"},
                     "tenant": {"type": ["string", "null"], "description": "the scoped token's tenant that created it"},
                     "turns": {"type": "integer", "description": "turns submitted so far"},
                     "created_at": {"type": "string", "format": "date-time"},
@@ -202,6 +203,7 @@ BASE_SCHEMA: dict[str, Any] = {
                         "items": {"type": "string"},
                         "description": "replaces the attached knowledge bases (names)",
                     },
+                    "webhook": {"type": ["string", "null"], "description": "an http(s) URL; null removes it"},
                 },
             },
             "DeletedSession": {

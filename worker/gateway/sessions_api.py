@@ -23,7 +23,7 @@ MAX_LIMIT = 100
 
 DEFAULT_LIMIT = 20
 
-PATCH_FIELDS = frozenset({"system_prompt", "model", "metadata", "knowledge_bases"})
+PATCH_FIELDS = frozenset({"system_prompt", "model", "metadata", "knowledge_bases", "webhook"})
 
 LIST_PARAMS = frozenset({"limit", "cursor", "created_after", "created_before"})
 
@@ -154,14 +154,15 @@ async def show_session(request: Request) -> Response:
 
 
 async def update_session(request: Request) -> Response:
-    """Change a session's instructions, model, metadata or knowledge bases.
+    """Change a session's instructions, model, metadata, knowledge bases or webhook.
     ---
     summary: Change a session
     description: >-
       Only the fields given change. `system_prompt: null` removes the instructions, `model: null`
       makes turns run on the worker's default model, `metadata` replaces the metadata, and
-      `knowledge_bases` (names) replaces the attached set. Turns claimed from now on see the change;
-      a running turn finishes as it started.
+      `knowledge_bases` (names) replaces the attached set, and `webhook` (an http(s) URL, null: none)
+      is where turns that end from now on are POSTed. Turns claimed from now on see the change; a
+      running turn finishes as it started.
     tags: [sessions]
     parameters:
       - {$ref: "#/components/parameters/SessionId"}
@@ -209,6 +210,7 @@ async def update_session(request: Request) -> Response:
             model=data.get("model", KEEP),
             metadata=data.get("metadata", KEEP),
             knowledge_bases=names,
+            webhook=data.get("webhook", KEEP),
             tenant=tenant,
         )
 

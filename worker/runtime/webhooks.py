@@ -86,7 +86,7 @@ _FIX_BODY = text("UPDATE webhook_deliveries SET body = coalesce(body, :body) WHE
 _RECORD = text(
     """
     UPDATE webhook_deliveries
-    SET attempts = attempts + 1, status = :status, last_status_code = :code, last_error = :error,
+    SET attempts = attempts + :posted, status = :status, last_status_code = :code, last_error = :error,
         last_attempt_at = now(), delivered_at = CASE WHEN CAST(:status AS varchar) = 'delivered' THEN now() END
     WHERE id = :id AND status = 'pending'
     """
@@ -172,7 +172,7 @@ def _attempt(delivery_id: uuid.UUID) -> Attempted:
         target = resolve_target(row.url, allow_private=settings.webhook_allow_private)
     except WebhookRefused as exc:
         answer = Answer(status_code=None, error=exc.message)
-        _record(delivery_id, DeliveryStatus.FAILED, answer)
+        _record(delivery_id, DeliveryStatus.FAILED, answer, posted=False)  # `attempts` counts POSTs: none made
         WEBHOOK_ATTEMPTS.labels(DeliveryOutcome.FAILED.value).inc()
         log.warning("turn %s: webhook delivery %s refused: %s", row.turn_id, delivery_id, exc.message)
         return Attempted(outcome=DeliveryOutcome.FAILED, error=exc.message)
@@ -225,11 +225,10 @@ def _fix_body(delivery_id: uuid.UUID, turn_id: uuid.UUID) -> str:
         return str(db.execute(_FIX_BODY, {"id": delivery_id, "body": body}).scalar_one())
 
 
-def _record(delivery_id: uuid.UUID, status: DeliveryStatus, answer: Answer) -> None:
+def _record(delivery_id: uuid.UUID, status: DeliveryStatus, answer: Answer, *, posted: bool = True) -> None:
+    values = {"id": delivery_id, "status": status.value, "code": answer.status_code, "error": answer.error}
     with session_scope() as db:
-        db.execute(
-            _RECORD, {"id": delivery_id, "status": status.value, "code": answer.status_code, "error": answer.error}
-        )
+        db.execute(_RECORD, {**values, "posted": int(posted)})
 
 
 _slots: dict[int, threading.BoundedSemaphore] = {}
