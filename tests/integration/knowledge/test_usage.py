@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from models.db import session_scope
 from models.tables import ChatSession, Turn
 from tests.support.factories import add_turn, assistant, create_session, user
 from tests.support.workers import ROOT
-from worker.errors import ConfigError
+from worker.errors import BatchNotFound, ConfigError
 from worker.queries import format_usage, usage_report
 
 pytestmark = pytest.mark.usefixtures("chatq_env")
@@ -132,8 +133,35 @@ def test_models_without_a_price_are_listed() -> None:
         report = usage_report(session_id)
     assert report["by_model"][0]["estimated_cost"] is None
     assert report["unpriced_models"] == ["mystery-model"]
-    assert report["estimated_cost"] == 0.0
-    assert format_usage(report)[-1] == "no price for: mystery-model (set CHATQ_PRICES)"
+    # Nothing has a price: no cost, not a cost of zero.
+    assert (report["token_cost"], report["estimated_cost"]) == (None, None)
+    lines = format_usage(report)
+    assert lines[-3].split()[:2] == ["all", "1"] and lines[-3].split()[-1] == "-", "no cost on the all row"
+    assert lines[-1] == "estimated cost: none, no price for: mystery-model (set CHATQ_PRICES)"
+
+    # Partly priced: the estimate says it covers the priced part only.
+    with prices(PRICES):
+        _search(session_id, None, "c", uuid.uuid4())  # a paid call costs what it cost when made
+        lines = format_usage(usage_report(session_id))
+    assert lines[-2:] == [
+        "estimated cost: 0.002000 USD for the priced part only",
+        "no price for: mystery-model (set CHATQ_PRICES)",
+    ]
+
+
+def test_the_cli_says_when_nothing_has_a_price(capsys: pytest.CaptureFixture[str]) -> None:
+    from worker.cli.commands import main
+
+    session_id = _session("mystery-model")
+    _turn(session_id, 10, 5)
+    with prices(None):
+        assert main(["usage", "--session", str(session_id)]) == 0
+        out = capsys.readouterr().out
+        assert main(["usage", "--session", str(session_id), "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+    assert "0.000000" not in out
+    assert out.splitlines()[-1] == "estimated cost: none, no price for: mystery-model (set CHATQ_PRICES)"
+    assert (report["estimated_cost"], report["unpriced_models"]) == (None, ["mystery-model"])
 
 
 def test_a_batch_report_covers_its_sessions_only() -> None:
@@ -144,6 +172,26 @@ def test_a_batch_report_covers_its_sessions_only() -> None:
     with prices(PRICES):
         report = usage_report(batch=batch)
     assert (report["batch"], report["turns"], report["prompt_tokens"], report["tool_calls"]) == (batch, 1, 100, 1)
+
+
+def test_an_unknown_batch_is_an_error_like_an_unknown_session(capsys: pytest.CaptureFixture[str]) -> None:
+    from worker.cli.commands import main
+
+    unknown_session, unknown_batch = uuid.uuid4(), f"nosuch-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(BatchNotFound):
+        usage_report(batch=unknown_batch)
+    for args, error in (
+        (["--session", str(unknown_session)], f"session {unknown_session} does not exist"),
+        (["--batch", unknown_batch], f"batch {unknown_batch!r} does not exist (no session belongs to it)"),
+        (["--batch", unknown_batch, "--json"], f"batch {unknown_batch!r} does not exist (no session belongs to it)"),
+    ):
+        assert main(["usage", *args]) == 1, args
+        assert capsys.readouterr() == ("", f"chatq: error: {error}\n")
+    # A batch whose sessions have no turns yet exists: zeros, exit 0.
+    batch = f"batch-{uuid.uuid4().hex[:8]}"
+    _session("gpt-4o-mini", batch)
+    assert main(["usage", "--batch", batch, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["turns"] == 0
 
 
 def test_a_bad_price_table_is_a_one_line_error(chatq_env: dict[str, str]) -> None:
