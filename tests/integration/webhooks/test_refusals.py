@@ -78,6 +78,42 @@ def test_a_host_that_resolves_to_a_loopback_address_is_refused_at_delivery(
 
     webhook = _failed_delivery(turn.turn_id)
     assert "resolves to a loopback address" in webhook["last_error"]
-    assert "CHATQ_WEBHOOK_ALLOW_PRIVATE" in webhook["last_error"]
-    assert webhook["attempts"] == 1 and webhook["last_status_code"] is None
+    assert "CHATQ_WEBHOOK_ALLOW_PRIVATE=1 in the environment of the workers" in webhook["last_error"]
+    assert webhook["attempts"] == 0 and webhook["last_status_code"] is None, "attempts count POSTs: none was made"
     assert receiver.received() == []
+
+
+def test_a_refused_address_counts_no_attempt_and_the_hint_names_the_worker(
+    chatq_env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One delivery attempt run in this process, as a worker without CHATQ_WEBHOOK_ALLOW_PRIVATE runs it."""
+    from models.db import session_scope
+    from models.tables import DeliveryStatus, WebhookDelivery
+    from tests.support.factories import add_turn, assistant, user
+    from worker.cli.commands import main
+    from worker.runtime.webhooks import DeliveryOutcome, deliver
+
+    session_id = create_session(framework="none", model="echo")
+    turn = add_turn(session_id, [user("q"), assistant("a")])
+    delivery_id = uuid.uuid4()
+    with session_scope() as db:  # as scheduling records it, without a task message another worker could take
+        db.add(
+            WebhookDelivery(
+                id=delivery_id,
+                turn_id=turn.id,
+                url="http://localhost:9/hook",
+                status=DeliveryStatus.PENDING,
+                attempts=0,
+            )
+        )
+    assert deliver(delivery_id).outcome == DeliveryOutcome.FAILED
+    webhook = turn_report(turn.id)["webhook"]
+    assert (webhook["status"], webhook["attempts"], webhook["last_status_code"]) == ("failed", 0, None)
+    assert webhook["last_error"].startswith("webhook host 'localhost' resolves to a loopback address (")
+    assert webhook["last_error"].endswith(
+        "; to allow it, set CHATQ_WEBHOOK_ALLOW_PRIVATE=1 in the environment of the workers (they send the POST)"
+    )
+    assert main(["show", str(turn.id)]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("webhook"))
+    assert line.startswith("webhook  http://localhost:9/hook  failed, no POST made: webhook host 'localhost' resolves")
+    assert "attempt(s)" not in line
