@@ -121,6 +121,11 @@ def test_show_and_change_a_session(admin: httpx.Client) -> None:
     assert changed.json()["model"] == STUB_MODEL, "fields not given stay"
     assert admin.get(f"/sessions/{session_id}").json()["metadata"] == {"b": "2"}
     patch = f"/sessions/{session_id}"
+    hooked = admin.patch(patch, json={"webhook": "https://example.com/hook"})
+    assert hooked.status_code == 200, hooked.text
+    assert hooked.json()["webhook"] == "https://example.com/hook"
+    assert "private address" in error_of(admin.patch(patch, json={"webhook": "http://10.1.2.3/h"}), 422)
+    assert admin.patch(patch, json={"webhook": None}).json()["webhook"] is None
     assert "nothing to change" in error_of(admin.patch(patch, json={}), 422)
     assert "unknown field(s): framework" in error_of(admin.patch(patch, json={"framework": "none"}), 422)
     assert "model must be a string or null" in error_of(admin.patch(patch, json={"model": 5}), 422)
