@@ -60,7 +60,9 @@ TOKENS = Counter("chatq_tokens_total", "Tokens of succeeded turns.", ["model", "
 IN_FLIGHT = Gauge("chatq_turns_in_flight", "Turns this worker is running now.")
 SWEEPER = Counter("chatq_sweeper_actions_total", "Sweeper actions.", ["action"])
 WEBHOOK_ATTEMPTS = Counter(
-    "chatq_webhook_attempts_total", "Webhook delivery attempts, by outcome: delivered, retry, failed.", ["outcome"]
+    "chatq_webhook_attempts_total",
+    "Webhook delivery attempts, by outcome: delivered, retry, failed (POSTs), refused (no POST: the address rule).",
+    ["outcome"],
 )
 WEBHOOK_SECONDS = Histogram(
     "chatq_webhook_attempt_seconds", "One webhook POST, connect to answer.", buckets=_LATENCY_BUCKETS

@@ -173,7 +173,7 @@ def _attempt(delivery_id: uuid.UUID) -> Attempted:
     except WebhookRefused as exc:
         answer = Answer(status_code=None, error=exc.message)
         _record(delivery_id, DeliveryStatus.FAILED, answer, posted=False)  # `attempts` counts POSTs: none made
-        WEBHOOK_ATTEMPTS.labels(DeliveryOutcome.FAILED.value).inc()
+        WEBHOOK_ATTEMPTS.labels("refused").inc()
         log.warning("turn %s: webhook delivery %s refused: %s", row.turn_id, delivery_id, exc.message)
         return Attempted(outcome=DeliveryOutcome.FAILED, error=exc.message)
     headers = signed_headers(

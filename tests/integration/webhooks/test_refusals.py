@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from tests.integration.webhooks.conftest import SECRET, STUB_MODEL
 from tests.support.receiver import Receiver
@@ -106,7 +107,10 @@ def test_a_refused_address_counts_no_attempt_and_the_hint_names_the_worker(
                 attempts=0,
             )
         )
+    refused = {"outcome": "refused"}
+    before = REGISTRY.get_sample_value("chatq_webhook_attempts_total", refused) or 0.0
     assert deliver(delivery_id).outcome == DeliveryOutcome.FAILED
+    assert REGISTRY.get_sample_value("chatq_webhook_attempts_total", refused) == before + 1, "not counted as a POST"
     webhook = turn_report(turn.id)["webhook"]
     assert (webhook["status"], webhook["attempts"], webhook["last_status_code"]) == ("failed", 0, None)
     assert webhook["last_error"].startswith("webhook host 'localhost' resolves to a loopback address (")
