@@ -8,17 +8,19 @@ from contextlib import contextmanager
 
 from handlers import unregister_framework
 from handlers.base import BaseAgentHandler, StreamEvent
+from handlers.prepared import PreparedTurnHandler
 from tests.support.env import environ
 
 STREAM_ONLY_PLUGIN = "tests.support.stream_only"
-"""The plugin module that registers the `stream_only` framework (an adapter with only `stream`)."""
+"""The plugin module that registers the `stream_only` framework (an adapter with only `stream_turn`)."""
 
 
 def stream_turn(
     handler: BaseAgentHandler, text: str, images: Sequence[str] | None = None, reply_to: int | None = None
 ) -> Iterator[StreamEvent]:
-    """`handler.stream(turn)` on the input the worker would build for `text`."""
-    return handler.stream(handler.prepare(text, images, reply_to))
+    """`handler.stream_turn(turn)` on the input the worker would build for `text` (chatq's adapters)."""
+    assert isinstance(handler, PreparedTurnHandler), f"{type(handler).__name__} is not a PreparedTurnHandler"
+    return handler.stream_turn(handler.prepare(text, images, reply_to))
 
 
 @contextmanager
