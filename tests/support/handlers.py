@@ -13,6 +13,10 @@ from tests.support.env import environ
 
 STREAM_ONLY_PLUGIN = "tests.support.stream_only"
 """The plugin module that registers the `stream_only` framework (an adapter with only `stream_turn`)."""
+PORTED_PLUGIN = "tests.support.ported"
+"""The plugin module that registers `ported_invoke` and `ported_stream`: plain handlers, written to
+`handlers.base.BaseAgentHandler` alone (tests never import it, or its frameworks would stay registered)."""
+PORTED_FRAMEWORKS = ("ported_invoke", "ported_stream")
 
 
 def stream_turn(
@@ -24,13 +28,14 @@ def stream_turn(
 
 
 @contextmanager
-def plugin_installed(module: str, framework: str) -> Iterator[None]:
+def plugin_installed(module: str, *frameworks: str) -> Iterator[None]:
     """CHATQ_PLUGINS names `module` for the block (chatq imports it when it reads the framework
-    registry); afterwards `framework` is unregistered and the module forgotten, so the next block
-    imports and registers it again."""
+    registry); afterwards its `frameworks` are unregistered and the module forgotten, so the next
+    block imports and registers them again."""
     try:
         with environ(CHATQ_PLUGINS=module):
             yield
     finally:
-        unregister_framework(framework)
+        for framework in frameworks:
+            unregister_framework(framework)
         sys.modules.pop(module, None)
