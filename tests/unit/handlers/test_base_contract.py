@@ -6,11 +6,13 @@ import asyncio
 import inspect
 import uuid
 from collections.abc import AsyncGenerator, Iterator, Sequence
+from typing import Any
 
 import pytest
 
-from handlers import FRAMEWORK_CHOICES, load_handler_class
+from handlers import FRAMEWORK_CHOICES, load_handler_class, register_framework, unregister_framework
 from handlers.base import AgentMessage, BaseAgentHandler, SessionInfo, StreamEvent, StreamEventKind, Usage
+from handlers.errors import HandlerError, InvalidHandler
 from handlers.prepared import PreparedTurnHandler
 from handlers.turn_input import TurnInput
 
@@ -87,3 +89,24 @@ def test_chatq_adapters_are_prepared_turn_handlers(framework: str) -> None:
     handler_class = load_handler_class(framework)
     assert issubclass(handler_class, PreparedTurnHandler)
     assert "stream_turn" in vars(handler_class) and "stream" not in vars(handler_class)
+
+
+class WrittenForTheOldShape(BaseAgentHandler):
+    """Only `stream(turn)`, as chatq's adapters were once written: the contract's methods are missing."""
+
+    def stream(self, turn: Any, images: Any = None, reply_to: Any = None) -> Iterator[StreamEvent]:
+        yield StreamEvent(kind=StreamEventKind.FINAL, response=[], usage={})
+
+
+def test_registering_an_incomplete_handler_says_what_it_lacks() -> None:
+    register_framework("incomplete", "Incomplete", f"{__name__}:WrittenForTheOldShape")
+    register_framework("not_a_handler", "Not a handler", f"{__name__}:SESSION")
+    try:
+        with pytest.raises(InvalidHandler, match=r"'incomplete' .* does not implement astream, invoke\.$"):
+            load_handler_class("incomplete")
+        with pytest.raises(InvalidHandler, match=r"'not_a_handler' .* is not a BaseAgentHandler"):
+            load_handler_class("not_a_handler")
+    finally:
+        unregister_framework("incomplete")
+        unregister_framework("not_a_handler")
+    assert issubclass(InvalidHandler, HandlerError)  # the runner fails such a turn at once, with this line
