@@ -34,7 +34,7 @@ def ported_worker(chatq_env: dict[str, str]) -> Iterator[WorkerProcess]:
 
 
 def test_a_worker_runs_plain_handlers_from_chatq_plugins(ported_worker: WorkerProcess, redis_url: str) -> None:
-    slow = submit_turn(create_session(framework=INVOKE), "slow [sleep: 5]")
+    slow = submit_turn(create_session(framework=INVOKE), "slow [sleep: 8]")
     streamed = submit_turn(create_session(framework=STREAM), "hello worker")
     invoked = submit_turn(create_session(framework=INVOKE), "hello worker")
     failing = submit_turn(create_session(framework=STREAM), "hello [fail]")
