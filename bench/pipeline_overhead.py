@@ -9,7 +9,7 @@ the `submit_turn` calls (thread CPU time). The stub, Redis and Postgres run in o
 are counted on neither side.
 
 Baseline: the same handler class on the same model and stub, called in this process N times
-(`handler.stream(handler.prepare(text))` for `get_agent_handler(SessionInfo(...))`, drained, a
+(`handler.stream_turn(handler.prepare(text))` for `get_agent_handler(SessionInfo(...))`, drained, a
 new empty session id each time, so history is read the same way), CPU = this process's CPU time.
 Both sides are warmed up first.
 
@@ -131,7 +131,7 @@ def _in_process(model: str, turns: int) -> float:
     def once() -> None:
         info = new_session_info(model)
         handler = get_agent_handler(info)
-        final = [e for e in handler.stream(handler.prepare(TEXT)) if e.kind == StreamEventKind.FINAL]
+        final = [e for e in handler.stream_turn(handler.prepare(TEXT)) if e.kind == StreamEventKind.FINAL]
         if not final:
             raise RuntimeError("in-process handler gave no final event")
 

@@ -91,7 +91,7 @@ def _in_process_handler(chunks: int, interval: float, turns: int) -> list[float]
     for _ in range(turns):
         info = new_session_info(MODEL)
         handler = get_agent_handler(info)
-        for event in handler.stream(handler.prepare(f"[stamps: {chunks}] [slow: {interval:g}]")):
+        for event in handler.stream_turn(handler.prepare(f"[stamps: {chunks}] [slow: {interval:g}]")):
             now = time.time()
             if event.kind == StreamEventKind.TEXT:
                 out.extend((now - float(s)) * 1000 for s in event.text.split() if s[:1].isdigit())

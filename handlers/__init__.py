@@ -2,7 +2,9 @@
 
 Importing `handlers` imports no agent framework: an adapter module is imported the first time a
 session of its framework needs a handler. A new framework plugs in with one entry in `_ADAPTERS`
-(or a `register_framework` call from a `CHATQ_PLUGINS` module).
+(or a `register_framework` call from a `CHATQ_PLUGINS` module). Its class is either a plain
+`BaseAgentHandler` (the contract: `invoke`, `astream`, optionally `stream`) or, like chatq's own
+adapters, a `PreparedTurnHandler` (`stream_turn` on a prepared turn); the worker runs both.
 
 This registry is the one list of frameworks: the worker, the producer API, batch files and the
 gateway all read it through `framework_names()` / `framework_choices()`, which first import the
@@ -12,6 +14,7 @@ gateway all read it through `framework_names()` / `framework_choices()`, which f
 from __future__ import annotations
 
 import importlib
+import inspect
 import threading
 from typing import Any
 
@@ -27,7 +30,15 @@ from handlers.base import (
     Usage,
     empty_usage,
 )
-from handlers.errors import AgentInvocationError, HandlerError, ThreadHopError, UnknownFramework, UnknownTool
+from handlers.errors import (
+    AgentInvocationError,
+    HandlerError,
+    InvalidHandler,
+    ThreadHopError,
+    UnknownFramework,
+    UnknownTool,
+)
+from handlers.prepared import PreparedTurnHandler
 
 __all__ = [
     "FRAMEWORK_CHOICES",
@@ -36,6 +47,8 @@ __all__ = [
     "AgentSession",
     "BaseAgentHandler",
     "HandlerError",
+    "InvalidHandler",
+    "PreparedTurnHandler",
     "SessionInfo",
     "StreamEvent",
     "StreamEventKind",
@@ -67,7 +80,8 @@ FRAMEWORK_CHOICES: list[tuple[str, str]] = [(name, label) for name, (label, _) i
 
 
 def register_framework(name: str, label: str, target: str) -> None:
-    """Plug in a framework: `target` is "module:Class" of its BaseAgentHandler, imported on first use."""
+    """Plug in a framework: `target` is "module:Class" of its handler class (a `BaseAgentHandler`
+    subclass: a plain handler or a `PreparedTurnHandler`), imported on first use."""
     if not name or name != name.strip() or ":" not in target:
         raise ValueError(f"invalid framework registration {name!r} -> {target!r}")
     if name in _ADAPTERS:
@@ -115,7 +129,8 @@ def load_handler_class(framework: str) -> type[BaseAgentHandler]:
     """The handler class of `framework`, importing its adapter on first use.
 
     A worker can call this at start-up to pay the framework's import cost (about a second for
-    LangGraph + langchain-openai) before its first turn. Raises UnknownFramework.
+    LangGraph + langchain-openai) before its first turn. Raises UnknownFramework, and InvalidHandler
+    for a class that is not a `BaseAgentHandler` or leaves one of its abstract methods unwritten.
     """
     entry = _ADAPTERS.get(framework)
     if entry is None:
@@ -126,7 +141,10 @@ def load_handler_class(framework: str) -> type[BaseAgentHandler]:
     module_name, _, class_name = entry[1].partition(":")
     handler_class = getattr(importlib.import_module(module_name), class_name)
     if not (isinstance(handler_class, type) and issubclass(handler_class, BaseAgentHandler)):
-        raise TypeError(f"{entry[1]} is not a BaseAgentHandler")
+        raise InvalidHandler(f"The handler of agent framework {framework!r} ({entry[1]}) is not a BaseAgentHandler.")
+    if inspect.isabstract(handler_class):
+        missing = ", ".join(sorted(handler_class.__abstractmethods__))
+        raise InvalidHandler(f"The handler of agent framework {framework!r} ({entry[1]}) does not implement {missing}.")
     return handler_class
 
 

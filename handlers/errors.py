@@ -51,6 +51,10 @@ class UnknownFramework(HandlerError):
     """The session's agent framework is not one chatq knows."""
 
 
+class InvalidHandler(HandlerError, TypeError):
+    """The framework's registered class is not a complete agent handler."""
+
+
 class UnknownTool(HandlerError):
     """No tool of that name is registered."""
 

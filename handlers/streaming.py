@@ -1,4 +1,4 @@
-"""`BaseAgentHandler.invoke` and `astream`, derived from an adapter's `stream(turn)`.
+"""`PreparedTurnHandler.invoke` and `astream`, derived from an adapter's `stream_turn(turn)`.
 
 No agent framework is imported here.
 """

@@ -10,7 +10,7 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolM
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphRecursionError
 
-from handlers.base import BaseAgentHandler, StreamEvent, StreamEventKind
+from handlers.base import StreamEvent, StreamEventKind
 from handlers.chat_models.errors import invocation_error
 from handlers.chat_models.messages import content_text, to_agent_message, usage_from
 from handlers.chat_models.models import get_chat_model
@@ -21,6 +21,7 @@ from handlers.langgraph.nodes import AGENT_NODE, RETRIEVE_NODE, TOOL_NODE
 from handlers.langgraph.state import CONTEXT_KEY, TurnContext
 from handlers.langgraph.streaming import TEXT, GraphRun, run_graph
 from handlers.langgraph.tools import langchain_tools
+from handlers.prepared import PreparedTurnHandler
 from handlers.turn_input import TurnInput
 
 __all__ = ["TOO_MANY_STEPS", "LangGraphHandler"]
@@ -30,7 +31,7 @@ logger = logging.getLogger(__name__)
 TOO_MANY_STEPS = "The agent stopped: too many tool steps without a final answer."
 
 
-class LangGraphHandler(BaseAgentHandler):
+class LangGraphHandler(PreparedTurnHandler):
     """The `langgraph` framework: agent node with tools bound <-> tool node, until no tool calls remain.
 
     The prepared turn is the graph's state in (`{"messages": history + user message}`) and its
@@ -38,7 +39,7 @@ class LangGraphHandler(BaseAgentHandler):
     itself persists nothing.
     """
 
-    def stream(self, turn: TurnInput) -> Generator[StreamEvent, None, None]:
+    def stream_turn(self, turn: TurnInput) -> Generator[StreamEvent, None, None]:
         """Text events as tokens arrive, tool started/finished events, then exactly one final event."""
         produced: list[BaseMessage] = []
         try:

@@ -21,12 +21,13 @@ import openai
 
 from chatq.errors import ConfigError
 from chatq.settings import ECHO_MODEL, get_settings
-from handlers.base import AgentMessage, BaseAgentHandler, StreamEvent, StreamEventKind, Usage, empty_usage
+from handlers.base import AgentMessage, StreamEvent, StreamEventKind, Usage, empty_usage
 from handlers.chat_models.errors import invocation_error  # maps `openai` SDK errors; imports no LangChain
 from handlers.chat_models.http import model_http_client  # imports no LangChain either
 from handlers.context import ToolContext
 from handlers.deadline import Deadline
 from handlers.errors import EMPTY_REPLY, AgentInvocationError, HandlerError
+from handlers.prepared import PreparedTurnHandler
 from handlers.tokens import MESSAGE_OVERHEAD_TOKENS, count_tokens
 from handlers.tools import get_tool, run_tool
 from handlers.turn_input import TurnInput
@@ -42,10 +43,10 @@ NO_KEY_PLACEHOLDER = "chatq-no-key"
 _WORD = re.compile(r"\s*\S+\s*|\s+")
 
 
-class PlainOpenAIHandler(BaseAgentHandler):
+class PlainOpenAIHandler(PreparedTurnHandler):
     """The `plain_openai` framework: the same behaviour as `langgraph`, without a framework."""
 
-    def stream(self, turn: TurnInput) -> Generator[StreamEvent, None, None]:
+    def stream_turn(self, turn: TurnInput) -> Generator[StreamEvent, None, None]:
         """Text events as tokens arrive, tool started/finished events, then exactly one final event."""
         produced: list[AgentMessage] = []
         usage = empty_usage()

@@ -15,12 +15,13 @@ from collections.abc import Generator
 
 from langchain_core.messages import AIMessageChunk, SystemMessage
 
-from handlers.base import BaseAgentHandler, StreamEvent, StreamEventKind
+from handlers.base import StreamEvent, StreamEventKind
 from handlers.chat_models.errors import invocation_error
 from handlers.chat_models.messages import content_text, to_agent_message, usage_from
 from handlers.chat_models.models import get_chat_model
 from handlers.chat_models.turn import collect, conversation, is_empty, stream_model
 from handlers.errors import EMPTY_REPLY, AgentInvocationError, HandlerError
+from handlers.prepared import PreparedTurnHandler
 from handlers.turn_input import TurnInput
 
 __all__ = ["SingleCallHandler"]
@@ -28,12 +29,12 @@ __all__ = ["SingleCallHandler"]
 logger = logging.getLogger(__name__)
 
 
-class SingleCallHandler(BaseAgentHandler):
+class SingleCallHandler(PreparedTurnHandler):
     """Answers each turn with a single model call over the history: no graph, no tools."""
 
     calls_tools = False
 
-    def stream(self, turn: TurnInput) -> Generator[StreamEvent, None, None]:
+    def stream_turn(self, turn: TurnInput) -> Generator[StreamEvent, None, None]:
         """Text events as tokens arrive, then one final event."""
         chunks: list[AIMessageChunk] = []
         try:

@@ -1,4 +1,4 @@
-"""A plugin framework (CHATQ_PLUGINS=tests.support.stream_only): an adapter that writes only `stream`.
+"""A plugin framework (CHATQ_PLUGINS=tests.support.stream_only): an adapter that writes only `stream_turn`.
 
 Importing the module registers the framework `stream_only`, as any CHATQ_PLUGINS module would, so
 tests never import it themselves: `tests.support.handlers.plugin_installed` names it in
@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from handlers import register_framework
-from handlers.base import AgentMessage, BaseAgentHandler, StreamEvent, StreamEventKind
+from handlers.base import AgentMessage, StreamEvent, StreamEventKind
+from handlers.prepared import PreparedTurnHandler
 from handlers.tokens import count_tokens
 from handlers.turn_input import TurnInput
 
@@ -26,10 +27,10 @@ def reply_to(turn: TurnInput) -> str:
     return f"{turn.user_message} | history {len(turn.history)} | prompt {first_line}"
 
 
-class StreamOnlyHandler(BaseAgentHandler):
+class StreamOnlyHandler(PreparedTurnHandler):
     """The whole adapter: one method."""
 
-    def stream(self, turn: TurnInput) -> Iterator[StreamEvent]:
+    def stream_turn(self, turn: TurnInput) -> Iterator[StreamEvent]:
         reply = reply_to(turn)
         for word in reply.split(" "):
             turn.deadline.check()

@@ -1,5 +1,8 @@
 """Running the session's handler on a claimed turn: its input prepared, its stream relayed to consumers.
 
+chatq's adapters (`handlers.prepared.PreparedTurnHandler`) stream the prepared turn on this thread;
+a plain handler (written to `handlers.base.BaseAgentHandler` alone) streams the message as sent, or
+answers it with `invoke` when it has no `stream`, on a thread of its own (`handlers.plain_run`).
 The stream runs under the lease's abort signal, so a cancel, a lost lease or the worker's shutdown
 closes the model request instead of waiting for its next chunk; between chunks `check_lease` turns
 those into the exceptions the runner handles. Text and tool events go to the turn's stream and to
@@ -10,11 +13,13 @@ the lifecycle hooks; a refusal by the model service before any text is back-pres
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from handlers.abort import abortable
-from handlers.base import AgentMessage, StreamEvent, StreamEventKind, Usage
+from handlers.base import AgentMessage, BaseAgentHandler, StreamEvent, StreamEventKind, Usage
 from handlers.errors import AgentInvocationError, ProviderBusy
+from handlers.plain_run import plain_events
+from handlers.prepared import PreparedTurnHandler
 from worker.errors import HandBack, LeaseLost, TurnCancelled
 from worker.events import EventType, TextCoalescer, TurnEvents
 from worker.runtime import claims, hooks
@@ -34,16 +39,17 @@ def run_handler(
     started: float | None = None,
     runtime: Runtime | None = None,
 ) -> tuple[list[AgentMessage], Usage]:
-    """Prepare the turn's input, stream the session's handler on it, relaying text and tool events."""
+    """Stream the session's handler on the turn, relaying text and tool events.
+
+    chatq's adapters (`PreparedTurnHandler`) get the turn's input prepared and run on this thread; a
+    plain handler gets the message as sent and runs on a thread of its own (`handlers.plain_run`).
+    """
     from handlers import get_agent_handler
-    from handlers.turn_input import build_turn_input
 
     runtime = runtime or current_runtime()
     registry = runtime.hooks
     handler = get_agent_handler(claim.session)
-    turn = build_turn_input(
-        claim.session, claim.content, images=claim.images, reply_to=claim.reply_to, calls_tools=handler.calls_tools
-    )
+    source = _source(handler, claim, lease, runtime)
     coalescer = TextCoalescer(events, claim.attempt, runtime.settings.text_coalesce_ms / 1000.0)
     relay = _Relay(claim, events, lease, coalescer, registry, started)
     stream: Iterator[StreamEvent] | None = None
@@ -51,7 +57,7 @@ def run_handler(
         # Under the lease's abort signal: a cancel, a lost lease or shutdown closes the model
         # request the handler waits on (handlers/abort.py) instead of waiting for its next chunk.
         with abortable(lease.abort):
-            stream = iter(handler.stream(turn))
+            stream = iter(source())
             relay.run(stream)
     except ProviderBusy as exc:
         check_lease(lease)
@@ -74,6 +80,28 @@ def run_handler(
         raise AgentInvocationError("the agent stream ended without a final reply")
     check_lease(lease)
     return validate_reply(final.response, final.usage)
+
+
+def _source(
+    handler: BaseAgentHandler, claim: claims.Claim, lease: TurnLease, runtime: Runtime
+) -> Callable[[], Iterator[StreamEvent]]:
+    """How to start the handler's event stream: prepared here for an adapter, as sent for a plain handler."""
+    if isinstance(handler, PreparedTurnHandler):
+        from handlers.turn_input import build_turn_input
+
+        turn = build_turn_input(
+            claim.session, claim.content, images=claim.images, reply_to=claim.reply_to, calls_tools=handler.calls_tools
+        )
+        return lambda: handler.stream_turn(turn)
+    images = list(claim.images) if claim.images else None
+    return lambda: plain_events(
+        handler,
+        claim.content,
+        images=images,
+        reply_to=claim.reply_to,
+        timeout=runtime.settings.turn_timeout,
+        check=lambda: check_lease(lease),
+    )
 
 
 class _Relay:
