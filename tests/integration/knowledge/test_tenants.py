@@ -89,13 +89,14 @@ def test_another_tenants_knowledge_base_answers_as_a_name_that_does_not_exist(
 
     assert attach_knowledge_bases(mine, [acme_kb]) == [acme_kb]
     # Attach (PATCH /sessions/{id}), create with it, search it: as if it did not exist.
-    for session in (theirs,):
-        foreign = _unknown(attach_knowledge_bases, acme_kb, session, [acme_kb])
-        assert foreign == _unknown(attach_knowledge_bases, nowhere, session, [nowhere])
-        foreign = _unknown(update_session, acme_kb, session, knowledge_bases=[acme_kb], tenant=globex)
-        assert foreign == _unknown(update_session, nowhere, session, knowledge_bases=[nowhere], tenant=globex)
-        assert foreign == f"unknown knowledge base: NAME (create one with `chatq kb create NAME --tenant {globex}`)"
-    foreign = _unknown(create_session, acme_kb, framework="none", model="echo", knowledge_bases=[acme_kb], tenant=globex)
+    foreign = _unknown(attach_knowledge_bases, acme_kb, theirs, [acme_kb])
+    assert foreign == _unknown(attach_knowledge_bases, nowhere, theirs, [nowhere])
+    foreign = _unknown(update_session, acme_kb, theirs, knowledge_bases=[acme_kb], tenant=globex)
+    assert foreign == _unknown(update_session, nowhere, theirs, knowledge_bases=[nowhere], tenant=globex)
+    assert foreign == f"unknown knowledge base: NAME (create one with `chatq kb create NAME --tenant {globex}`)"
+    foreign = _unknown(
+        create_session, acme_kb, framework="none", model="echo", knowledge_bases=[acme_kb], tenant=globex
+    )
     assert foreign == _unknown(
         create_session, nowhere, framework="none", model="echo", knowledge_bases=[nowhere], tenant=globex
     )
