@@ -19,7 +19,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from models.db import session_scope
-from models.knowledge import EVERY_TENANT, EveryTenant, ids_by_name
+from models.kb_names import EVERY_TENANT, EveryTenant, ids_by_name
 from models.tables import TEXT_SEARCH_CONFIG, ChatSession
 
 __all__ = ["DEFAULT_SEARCH_LIMIT", "MAX_QUERY_CHARS", "MAX_SEARCH_LIMIT", "SearchHit", "search"]

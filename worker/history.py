@@ -22,7 +22,7 @@ from sqlalchemy import Select, and_, func, select, tuple_
 from sqlalchemy.orm import Session
 
 from models.db import session_scope
-from models.knowledge import same_tenant
+from models.kb_names import same_tenant
 from models.tables import (
     MESSAGE_POSITION_STRIDE,
     ChatMessage,
