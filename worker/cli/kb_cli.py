@@ -150,9 +150,25 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
-    from models.knowledge import attach_knowledge_bases
+    from models.errors import KnowledgeBaseNotFound
+    from models.knowledge import attach_knowledge_bases, list_knowledge_bases, normalize_name
 
-    names = attach_knowledge_bases(args.session, args.kbs)
+    try:
+        names = attach_knowledge_bases(args.session, args.kbs)
+    except KnowledgeBaseNotFound:
+        # The operator sees every tenant's: say whose it is rather than "unknown".
+        from worker.history import get_session
+
+        owners = {info.name: info.tenant for info in list_knowledge_bases()}
+        tenant = get_session(args.session)["tenant"]
+        for name in map(normalize_name, args.kbs):
+            if name in owners and owners[name] != tenant:
+                owner = f"tenant {owners[name]}" if owners[name] else "no tenant"
+                raise KnowledgeBaseNotFound(
+                    f"knowledge base {name!r} belongs to {owner}, not to the session's tenant: a session "
+                    f"uses only its own tenant's (`chatq kb tenant {name} TENANT` gives it to another)"
+                ) from None
+        raise
     return _print_session(args, names)
 
 

@@ -170,7 +170,13 @@ def test_the_cli_gives_knowledge_bases_to_tenants(chatq_env: dict[str, str], ten
     assert created.stdout.strip() == f"knowledge base {name!r} created for tenant {acme}"
     listed = chatq(chatq_env, "kb", "list", "--tenant", acme, "--json")
     assert [(kb["name"], kb["tenant"]) for kb in json.loads(listed.stdout)] == [(name, acme)]
+    session = create_session(framework="none", model="echo")
+    refused = chatq(chatq_env, "kb", "attach", str(session), name)
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1
+    assert f"knowledge base {name!r} belongs to tenant {acme}, not to the session's tenant" in refused.stderr
     moved = chatq(chatq_env, "kb", "tenant", name)
     assert moved.returncode == 0 and moved.stdout.strip() == f"knowledge base {name!r} belongs to no tenant"
     with session_scope() as db:
         assert db.execute(select(KnowledgeBase.tenant).where(KnowledgeBase.name == name)).scalar_one() is None
+    attached = chatq(chatq_env, "kb", "attach", str(session), name)
+    assert attached.returncode == 0, attached.stderr
