@@ -23,7 +23,8 @@ def search_tool(query: str, limit: int = 5) -> str:
         raise ValueError("query must be a non-empty string")
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise ValueError("limit must be an integer")
-    hits = search(context.knowledge_bases, query, limit=max(1, min(limit, 10)))
+    # The session's own tenant's knowledge bases only, whatever names its context holds.
+    hits = search(context.knowledge_bases, query, limit=max(1, min(limit, 10)), session_id=context.session_id)
     context.retrieved.add([hit.citation() for hit in hits])
     return format_hits(query, hits)
 

@@ -26,6 +26,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from chatq.settings import get_settings, mask_secrets
+from chatq.text import clean_text
 from handlers.context import ToolContext, current_tool_context, use_tool_context
 from handlers.errors import UnknownTool
 from handlers.knowledge_search import search_tool
@@ -184,8 +185,10 @@ def _record_paid_call(tool: Tool, ctx: ToolContext) -> bool:
 
 
 def truncate_output(text: str, limit: int | None = None) -> str:
-    """Cut `text` to at most `limit` characters (default: the configured tool output limit)."""
+    """Cut `text` to at most `limit` characters (default: the configured tool output limit), with
+    NULs and lone surrogates made U+FFFD: the output goes back to the model and into Postgres."""
     limit = get_settings().max_tool_output_chars if limit is None else limit
+    text = clean_text(text)
     if len(text) <= limit:
         return text
     return text[: max(limit - len(TRUNCATION_MARK), 0)] + TRUNCATION_MARK

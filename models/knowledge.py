@@ -10,13 +10,17 @@ these; `models.documents` reads and cuts files, and `models.search` searches wha
   markdown heading starts a new chunk); each chunk is the unit of search and citation.
 - Postgres generates each chunk's tsvector (`english` configuration) and keeps it under a GIN
   index, for `models.search`.
+- A knowledge base belongs to a tenant (`tenant`, NULL: the operator's, for sessions without a
+  tenant). A session attaches, lists and searches only its own tenant's (`same_tenant`); to a
+  tenant another tenant's knowledge base is an unknown name, as one that does not exist. Names are
+  unique across tenants: the operator (`chatq kb`, which sees every knowledge base) names them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +33,7 @@ from chatq.errors import SessionNotFound
 from models.db import session_scope
 from models.documents import DEFAULT_CHUNK_CHARS, MAX_TITLE_CHARS, chunk_text, document_title, read_document_file
 from models.errors import DocumentError, KnowledgeBaseError, KnowledgeBaseExists, KnowledgeBaseNotFound
+from models.kb_names import EVERY_TENANT, EveryTenant, ids_by_name, normalize_name, same_tenant
 from models.tables import (
     ChatSession,
     Document,
@@ -40,8 +45,10 @@ from models.tables import (
 
 __all__ = [
     "DEFAULT_CHUNK_CHARS",
+    "EVERY_TENANT",
     "AddedDocument",
     "DocumentError",
+    "EveryTenant",
     "KnowledgeBaseError",
     "KnowledgeBaseExists",
     "KnowledgeBaseInfo",
@@ -57,10 +64,10 @@ __all__ = [
     "list_knowledge_bases",
     "normalize_name",
     "read_document_file",
+    "same_tenant",
     "session_knowledge_bases",
+    "set_knowledge_base_tenant",
 ]
-
-MAX_NAME_CHARS = 100
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +77,8 @@ class KnowledgeBaseInfo:
     id: int
     name: str
     description: str | None = None
+    tenant: str | None = None
+    """The tenant that owns it; None: the operator's (sessions without a tenant)."""
     documents: int = 0
     chunks: int = 0
 
@@ -79,6 +88,7 @@ class KnowledgeBaseInfo:
             "id": self.id,
             "name": self.name,
             "description": self.description,
+            "tenant": self.tenant,
             "documents": self.documents,
             "chunks": self.chunks,
         }
@@ -108,55 +118,45 @@ class AddedDocument:
         }
 
 
-# --- names -----------------------------------------------------------------------------------
-
-
-def normalize_name(name: str) -> str:
-    """A knowledge base name as stored: one line, trimmed, 1-100 characters."""
-    if not isinstance(name, str):
-        raise KnowledgeBaseError("a knowledge base name must be text")
-    clean = " ".join(name.split())
-    if not clean:
-        raise KnowledgeBaseError("a knowledge base name cannot be empty")
-    if len(clean) > MAX_NAME_CHARS:
-        raise KnowledgeBaseError(f"a knowledge base name is at most {MAX_NAME_CHARS} characters")
-    return clean
-
-
-def ids_by_name(db: Session, names: Iterable[str]) -> dict[str, int]:
-    """Ids of the named knowledge bases; KnowledgeBaseNotFound naming every unknown one."""
-    wanted = list(dict.fromkeys(normalize_name(n) for n in names))
-    if not wanted:
-        return {}
-    rows = db.execute(select(KnowledgeBase.name, KnowledgeBase.id).where(KnowledgeBase.name.in_(wanted))).all()
-    found = {row.name: int(row.id) for row in rows}
-    missing = [n for n in wanted if n not in found]
-    if missing:
-        noun = "knowledge base" if len(missing) == 1 else "knowledge bases"
-        raise KnowledgeBaseNotFound(f"unknown {noun}: {', '.join(missing)} (create one with `chatq kb create NAME`)")
-    return {name: found[name] for name in wanted}
-
-
 # --- knowledge bases -------------------------------------------------------------------------
 
 
-def create_knowledge_base(name: str, description: str | None = None) -> KnowledgeBaseInfo:
-    """Create an empty knowledge base; KnowledgeBaseExists if the name is taken."""
+def create_knowledge_base(name: str, description: str | None = None, *, tenant: str | None = None) -> KnowledgeBaseInfo:
+    """Create an empty knowledge base of `tenant` (None: the operator's); KnowledgeBaseExists if the name is taken."""
     clean = normalize_name(name)
+    owner = _tenant_name(tenant)
     with session_scope() as db:
         new_id = db.execute(
             pg_insert(KnowledgeBase)
-            .values(name=clean, description=(description or "").strip() or None)
+            .values(name=clean, description=(description or "").strip() or None, tenant=owner)
             .on_conflict_do_nothing(index_elements=[KnowledgeBase.name])
             .returning(KnowledgeBase.id)
         ).scalar_one_or_none()
     if new_id is None:
         raise KnowledgeBaseExists(f"knowledge base {clean!r} already exists")
-    return KnowledgeBaseInfo(id=int(new_id), name=clean, description=(description or "").strip() or None)
+    return KnowledgeBaseInfo(id=int(new_id), name=clean, description=(description or "").strip() or None, tenant=owner)
 
 
-def list_knowledge_bases() -> list[KnowledgeBaseInfo]:
-    """Every knowledge base with its document and chunk counts, by name."""
+def _tenant_name(tenant: str | None) -> str | None:
+    if tenant is None:
+        return None
+    if not isinstance(tenant, str) or not tenant.strip() or len(tenant.strip()) > 64:
+        raise KnowledgeBaseError("a tenant name is 1-64 characters of text")
+    return tenant.strip()
+
+
+def set_knowledge_base_tenant(name: str, tenant: str | None) -> KnowledgeBaseInfo:
+    """Give a knowledge base to `tenant` (None: the operator's). Sessions of any other tenant stop
+    reading it at once, even where it stays attached."""
+    owner = _tenant_name(tenant)
+    with session_scope() as db:
+        kb_id = ids_by_name(db, [name])[normalize_name(name)]
+        db.execute(update(KnowledgeBase).where(KnowledgeBase.id == kb_id).values(tenant=owner))
+    return next(info for info in list_knowledge_bases() if info.id == kb_id)
+
+
+def list_knowledge_bases(tenant: str | EveryTenant | None = EVERY_TENANT) -> list[KnowledgeBaseInfo]:
+    """The knowledge bases of `tenant` (default: every one) with their document and chunk counts, by name."""
     documents = (
         select(func.count())
         .select_from(KnowledgeBaseDocument)
@@ -170,14 +170,15 @@ def list_knowledge_bases() -> list[KnowledgeBaseInfo]:
         .where(KnowledgeBaseDocument.knowledge_base_id == KnowledgeBase.id)
         .scalar_subquery()
     )
+    query = select(
+        KnowledgeBase.id, KnowledgeBase.name, KnowledgeBase.description, KnowledgeBase.tenant, documents, chunks
+    ).order_by(KnowledgeBase.name)
+    if not isinstance(tenant, EveryTenant):
+        query = query.where(same_tenant(tenant))
     with session_scope() as db:
-        rows = db.execute(
-            select(KnowledgeBase.id, KnowledgeBase.name, KnowledgeBase.description, documents, chunks).order_by(
-                KnowledgeBase.name
-            )
-        ).all()
+        rows = db.execute(query).all()
     return [
-        KnowledgeBaseInfo(id=int(r[0]), name=r[1], description=r[2], documents=int(r[3]), chunks=int(r[4]))
+        KnowledgeBaseInfo(id=int(r[0]), name=r[1], description=r[2], tenant=r[3], documents=int(r[4]), chunks=int(r[5]))
         for r in rows
     ]
 
@@ -297,19 +298,22 @@ def _session_uuid(session_id: uuid.UUID | str) -> uuid.UUID:
 def attach_knowledge_bases(
     session_id: uuid.UUID | str, names: Sequence[str], *, db: Session | None = None
 ) -> list[str]:
-    """Attach knowledge bases to a session (idempotent); returns the session's knowledge bases after.
+    """Attach knowledge bases of the session's tenant to a session (idempotent); returns the
+    session's knowledge bases after.
 
     Pass `db` to do it inside the caller's transaction (e.g. `create_session`, so a typo in a name
-    creates no session). Raises SessionNotFound or KnowledgeBaseNotFound, attaching nothing.
+    creates no session). Raises SessionNotFound or KnowledgeBaseNotFound (also for another
+    tenant's knowledge base), attaching nothing.
     """
     sid = _session_uuid(session_id)
     if db is None:
         with session_scope() as own:
             return attach_knowledge_bases(sid, names, db=own)
     db.flush()  # a session added in this transaction must be visible to the check below
-    if db.execute(select(ChatSession.id).where(ChatSession.id == sid)).scalar_one_or_none() is None:
+    session = db.execute(select(ChatSession.tenant).where(ChatSession.id == sid)).one_or_none()
+    if session is None:
         raise SessionNotFound(f"session {sid} does not exist")
-    ids = ids_by_name(db, names)
+    ids = ids_by_name(db, names, tenant=session.tenant)
     if ids:
         db.execute(
             pg_insert(SessionKnowledgeBase)
@@ -335,7 +339,7 @@ def detach_knowledge_bases(session_id: uuid.UUID | str, names: Sequence[str]) ->
 
 
 def session_knowledge_bases(session_id: uuid.UUID | str) -> list[str]:
-    """Names of the knowledge bases attached to a session, sorted (empty for an unknown session)."""
+    """Names of the knowledge bases of its tenant attached to a session, sorted (empty for an unknown session)."""
     try:
         sid = _session_uuid(session_id)
     except SessionNotFound:
@@ -345,11 +349,14 @@ def session_knowledge_bases(session_id: uuid.UUID | str) -> list[str]:
 
 
 def _session_names(db: Session, session_id: uuid.UUID) -> list[str]:
+    # Only its own tenant's: an attachment to another tenant's knowledge base (one given to another
+    # tenant after it was attached) is never read.
     return list(
         db.execute(
             select(KnowledgeBase.name)
             .join(SessionKnowledgeBase, SessionKnowledgeBase.knowledge_base_id == KnowledgeBase.id)
-            .where(SessionKnowledgeBase.session_id == session_id)
+            .join(ChatSession, ChatSession.id == SessionKnowledgeBase.session_id)
+            .where(SessionKnowledgeBase.session_id == session_id, same_tenant(ChatSession.tenant))
             .order_by(KnowledgeBase.name)
         ).scalars()
     )

@@ -9,17 +9,18 @@ matches a chunk that has any of its words; chunks with all of them come first, t
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BigInteger, bindparam, text
+from sqlalchemy import BigInteger, bindparam, select, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from models.db import session_scope
-from models.knowledge import ids_by_name
-from models.tables import TEXT_SEARCH_CONFIG
+from models.kb_names import EVERY_TENANT, EveryTenant, ids_by_name
+from models.tables import TEXT_SEARCH_CONFIG, ChatSession
 
 __all__ = ["DEFAULT_SEARCH_LIMIT", "MAX_QUERY_CHARS", "MAX_SEARCH_LIMIT", "SearchHit", "search"]
 
@@ -113,7 +114,12 @@ _STRICT_SYNTAX = re.compile(r'"|(?:^|\s)-\w')
 
 
 def search(
-    knowledge_bases: Sequence[str], query: str, *, limit: int = DEFAULT_SEARCH_LIMIT, db: Session | None = None
+    knowledge_bases: Sequence[str],
+    query: str,
+    *,
+    limit: int = DEFAULT_SEARCH_LIMIT,
+    session_id: uuid.UUID | None = None,
+    db: Session | None = None,
 ) -> list[SearchHit]:
     """The chunks of these knowledge bases that best match `query`, best first.
 
@@ -122,13 +128,22 @@ def search(
     first, then by `ts_rank_cd`. Web-search syntax makes it strict: `"a phrase"` and `-word`
     must hold as written (`websearch_to_tsquery`). A document in several of the knowledge bases
     is found once. Raises KnowledgeBaseNotFound for an unknown name.
+
+    With `session_id` (a turn's search) only that session's tenant's knowledge bases are searched:
+    another tenant's name is unknown, and a session that is gone finds nothing.
     """
     limit = max(1, min(int(limit), MAX_SEARCH_LIMIT))
     query = (query or "").strip()[:MAX_QUERY_CHARS]
     if db is None:
         with session_scope() as own:
-            return search(knowledge_bases, query, limit=limit, db=own)
-    kb_ids = list(ids_by_name(db, knowledge_bases).values())
+            return search(knowledge_bases, query, limit=limit, session_id=session_id, db=own)
+    tenant: str | EveryTenant | None = EVERY_TENANT
+    if session_id is not None:
+        session = db.execute(select(ChatSession.tenant).where(ChatSession.id == session_id)).one_or_none()
+        if session is None:
+            return []
+        tenant = session.tenant
+    kb_ids = list(ids_by_name(db, knowledge_bases, tenant=tenant).values())
     if not kb_ids or not query:
         return []
     queries = db.execute(_QUERIES, {"config": TEXT_SEARCH_CONFIG, "query": query}).one()

@@ -225,8 +225,11 @@ class KnowledgeBase(Base):
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
-    """What users and the model call it; unique."""
+    """What users and the model call it; unique across tenants (the operator names knowledge bases)."""
     description: Mapped[str | None] = mapped_column(Text)
+    tenant: Mapped[str | None] = mapped_column(String(64))
+    """The tenant that owns it (`chatq kb create --tenant`); NULL: the operator's, for sessions without a
+    tenant. Only sessions of the same tenant (NULL with NULL) attach, read and search it."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 

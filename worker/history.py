@@ -22,6 +22,7 @@ from sqlalchemy import Select, and_, func, select, tuple_
 from sqlalchemy.orm import Session
 
 from models.db import session_scope
+from models.kb_names import same_tenant
 from models.tables import (
     MESSAGE_POSITION_STRIDE,
     ChatMessage,
@@ -97,7 +98,7 @@ def _knowledge_bases() -> Any:
     names = (
         select(KnowledgeBase.name)
         .join(SessionKnowledgeBase, SessionKnowledgeBase.knowledge_base_id == KnowledgeBase.id)
-        .where(SessionKnowledgeBase.session_id == ChatSession.id)
+        .where(SessionKnowledgeBase.session_id == ChatSession.id, same_tenant(ChatSession.tenant))
         .order_by(KnowledgeBase.name)
         .correlate(ChatSession)
         .scalar_subquery()

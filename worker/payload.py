@@ -222,8 +222,15 @@ def parse_turn_request(
     )
 
 
+def used_turn_id(turn_id: object) -> str:
+    """The producer's one line (409 on the gateway) for a turn id already used by another turn.
+
+    The same whoever owns that turn: it names no session and does not say what differs."""
+    return f"turn {turn_id} already exists: a turn id names one turn; use a new id"
+
+
 def session_conflict(turn_id: object, *, stored_session: object, given_session: object) -> str:
-    """The one line for a turn id reused with another session (producer 409, worker rejection)."""
+    """The worker's line for a raw message naming a turn id of another session (logged and rejected)."""
     return (
         f"turn {turn_id} already exists in session {stored_session}, not in session {given_session}: "
         "a turn id names one turn; use a new id"

@@ -30,7 +30,7 @@ from worker.payload import (
     TurnRequest,
     check_text,
     parse_uuid,
-    session_conflict,
+    used_turn_id,
     validate_content,
     validate_images,
     validate_metadata,
@@ -231,12 +231,10 @@ def _resubmission(request: TurnRequest) -> SubmittedTurn:
         user = db.execute(
             select(ChatMessage.content).where(ChatMessage.turn_id == request.turn_id, ChatMessage.role == "user")
         ).scalar_one_or_none()
-    if existing is not None and existing.session_id != request.session_id:
-        raise TurnConflict(
-            session_conflict(request.turn_id, stored_session=existing.session_id, given_session=request.session_id)
-        )
-    if existing is None or user != request.content:
-        raise TurnConflict(f"turn {request.turn_id} already exists with different content; use a new id")
+    if existing is None or existing.session_id != request.session_id or user != request.content:
+        # One answer whoever owns the turn and whatever differs: naming its session (or saying
+        # whether it is in this one) would tell a tenant about another tenant's turn.
+        raise TurnConflict(used_turn_id(request.turn_id))
     return SubmittedTurn(
         turn_id=existing.id, session_id=existing.session_id, position=existing.position, created=False, sent=False
     )

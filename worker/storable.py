@@ -3,8 +3,8 @@
 Postgres text and JSONB cannot hold U+0000, psycopg cannot encode a lone surrogate (U+D800 to
 U+DFFF without its pair) as UTF-8, JSONB has no NaN or infinity, and a bigint holds at most
 2**63 - 1. What producers send is checked against this at every edge (`worker.payload`) and
-refused with one line naming the field; what a model returns is cleaned instead
-(`clean_text`, `clean_json`), since failing a paid reply over an invisible character helps nobody.
+refused with one line naming the field; what a model returns is cleaned instead (`clean_text`,
+`clean_json`, from `chatq.text`), since failing a paid reply over an invisible character helps nobody.
 
 A write that fails anyway is told apart here: `is_outage` (Postgres or Redis unreachable or
 restarting: try again later) from anything else Postgres refused (`is_refusal`: the data itself,
@@ -14,9 +14,7 @@ which no retry will change, so the turn fails at once with `refusal_message`).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
-from typing import Any
 
 from kombu.exceptions import OperationalError as KombuOperationalError
 from redis.exceptions import RedisError
@@ -24,6 +22,22 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, Opera
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from chatq.settings import mask_secrets
+from chatq.text import REPLACEMENT, UNSTORABLE, clean_json, clean_text
+
+__all__ = [
+    "BIGINT_MAX",
+    "INTEGER_MAX",
+    "MAX_JSON_DEPTH",
+    "OUTAGE_ERRORS",
+    "REPLACEMENT",
+    "clean_json",
+    "clean_text",
+    "is_outage",
+    "is_refusal",
+    "json_problem",
+    "refusal_message",
+    "unstorable_char",
+]
 
 BIGINT_MAX = 2**63 - 1
 """The largest value of a Postgres bigint (`reply_to`, message ids)."""
@@ -33,11 +47,6 @@ INTEGER_MAX = 2**31 - 1
 
 MAX_JSON_DEPTH = 32
 """Deepest nesting accepted in JSON a producer stores (session metadata)."""
-
-REPLACEMENT = "\ufffd"
-"""What cleaned text has in place of a character Postgres cannot store."""
-
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 OUTAGE_ERRORS: tuple[type[Exception], ...] = (
     OperationalError,
@@ -61,34 +70,12 @@ def unstorable_char(text: str) -> str | None:
     """Why Postgres cannot store `text` ("a NUL character (U+0000) at position 3"), or None."""
     if text.isascii() and "\x00" not in text:
         return None
-    match = _UNSTORABLE.search(text)
+    match = UNSTORABLE.search(text)
     if match is None:
         return None
     char = match.group()
     kind = "a NUL character" if char == "\x00" else "a lone surrogate"
     return f"{kind} (U+{ord(char):04X}) at position {match.start()}"
-
-
-def clean_text(text: str) -> str:
-    """`text` with every character Postgres cannot store replaced by U+FFFD (surrogate pairs joined)."""
-    if text.isascii() and "\x00" not in text:
-        return text
-    if _UNSTORABLE.search(text) is None:
-        return text
-    text = text.replace("\x00", REPLACEMENT)
-    # Two halves of one character (a model's JSON split between chunks) become the character again.
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-
-
-def clean_json(value: Any) -> Any:
-    """JSON-like data with `clean_text` applied to every string, keys included."""
-    if isinstance(value, str):
-        return clean_text(value)
-    if isinstance(value, Mapping):
-        return {clean_json(key) if isinstance(key, str) else key: clean_json(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [clean_json(item) for item in value]
-    return value
 
 
 def json_problem(value: object, *, max_depth: int = MAX_JSON_DEPTH) -> str | None:

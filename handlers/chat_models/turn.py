@@ -15,6 +15,7 @@ from langchain_core.messages.ai import add_ai_message_chunks
 from langchain_core.messages.utils import message_chunk_to_message
 from langchain_core.runnables import Runnable, RunnableConfig
 
+from chatq.text import clean_json, clean_text
 from handlers.chat_models.messages import content_text, payload_to_langchain, payloads_to_langchain
 from handlers.deadline import Deadline
 from handlers.errors import EMPTY_REPLY, AgentInvocationError
@@ -61,7 +62,21 @@ def collect(chunks: Iterable[AIMessageChunk]) -> AIMessage:
     merged = received[0] if len(received) == 1 else add_ai_message_chunks(received[0], *received[1:])
     message = message_chunk_to_message(merged)
     assert isinstance(message, AIMessage)
-    return message
+    return _carriable(message)
+
+
+def _carriable(message: AIMessage) -> AIMessage:
+    """`message` with NULs and lone surrogates in its text and tool-call arguments made U+FFFD.
+
+    Its tool calls go back to the model in the next request, which the HTTP client encodes as
+    UTF-8: a lone surrogate there (a model's `"\\ud800"` escape) would fail the whole turn.
+    """
+    content = message.content
+    clean_content = clean_text(content) if isinstance(content, str) else clean_json(content)
+    calls = [{**call, "args": clean_json(call["args"])} for call in message.tool_calls]
+    if clean_content == content and calls == message.tool_calls:
+        return message
+    return message.model_copy(update={"content": clean_content, "tool_calls": calls})
 
 
 def is_empty(message: AIMessage) -> bool:

@@ -201,7 +201,7 @@ BASE_SCHEMA: dict[str, Any] = {
                     "knowledge_bases": {
                         "type": "array",
                         "items": {"type": "string"},
-                        "description": "replaces the attached knowledge bases (names)",
+                        "description": "replaces the attached knowledge bases (names of the session's tenant's)",
                     },
                     "webhook": {"type": ["string", "null"], "description": "an http(s) URL; null removes it"},
                 },

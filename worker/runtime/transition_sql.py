@@ -20,7 +20,7 @@ FAST_CLAIM = text(
         SELECT set_config('synchronous_commit', 'off', true) AS synchronous_commit
     ),
     locked AS (
-        SELECT s.id, s.agent_framework, s.model, s.system_prompt, s.metadata, s.webhook_url
+        SELECT s.id, s.agent_framework, s.model, s.system_prompt, s.metadata, s.webhook_url, s.tenant
         FROM chat_sessions s
         WHERE s.id = (SELECT session_id FROM turns WHERE id = :turn_id)
         FOR NO KEY UPDATE
@@ -53,6 +53,8 @@ FAST_CLAIM = text(
                SELECT kb.name FROM session_knowledge_bases skb
                JOIN knowledge_bases kb ON kb.id = skb.knowledge_base_id
                WHERE skb.session_id = claimed.session_id
+                 -- Only the session's own tenant's (`models.knowledge.same_tenant`).
+                 AND kb.tenant IS NOT DISTINCT FROM locked.tenant
                ORDER BY kb.name
            ) AS knowledge_bases
     FROM claimed

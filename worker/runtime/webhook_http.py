@@ -3,11 +3,12 @@
 Signature (docs/contract.md, "Webhooks"): with `CHATQ_WEBHOOK_SECRET` set, every attempt carries
 
     X-Chatq-Timestamp: <unix seconds of this attempt>
-    X-Chatq-Signature: sha256=<hex HMAC-SHA256(secret, f"{timestamp}.".encode() + raw_body)>
+    X-Chatq-Signature: sha256=<hex HMAC-SHA256(secret, f"{timestamp}.{delivery}.".encode() + raw_body)>
 
-so a receiver recomputes the HMAC over the timestamp, a dot and the exact body bytes, compares in
-constant time, and refuses old timestamps (replays). The body is the same bytes on every attempt;
-the timestamp and so the signature are the attempt's own.
+so a receiver recomputes the HMAC over the timestamp, a dot, the `X-Chatq-Delivery` id, a dot and
+the exact body bytes, compares in constant time, and refuses old timestamps (replays). The delivery
+id is signed because receivers de-duplicate on it: unsigned, a replay under a fresh id would pass.
+The body is the same bytes on every attempt; the timestamp and so the signature are the attempt's own.
 
 The stdlib `http.client` on purpose: it follows no redirects (a 3xx is an answer, recorded and
 retried, never followed to another host), and it connects to the address `worker.webhook_urls`
@@ -51,10 +52,10 @@ class Answer:
         return self.error is None
 
 
-def sign(secret: str, timestamp: int, body: bytes) -> str:
-    """The `X-Chatq-Signature` value: `sha256=` and the hex HMAC-SHA256 of `f"{timestamp}." + body`."""
-    digest = hmac.new(secret.encode("utf-8"), f"{timestamp}.".encode("ascii") + body, hashlib.sha256).hexdigest()
-    return f"sha256={digest}"
+def sign(secret: str, timestamp: int, delivery_id: str, body: bytes) -> str:
+    """The `X-Chatq-Signature` value: `sha256=` and the hex HMAC-SHA256 of `f"{timestamp}.{delivery_id}." + body`."""
+    signed = f"{timestamp}.{delivery_id}.".encode("ascii") + body
+    return "sha256=" + hmac.new(secret.encode("utf-8"), signed, hashlib.sha256).hexdigest()
 
 
 def signed_headers(
@@ -70,7 +71,7 @@ def signed_headers(
         "X-Chatq-Timestamp": str(timestamp),
     }
     if secret:
-        headers["X-Chatq-Signature"] = sign(secret, timestamp, body)
+        headers["X-Chatq-Signature"] = sign(secret, timestamp, delivery_id, body)
     return headers
 
 

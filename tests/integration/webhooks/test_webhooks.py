@@ -46,9 +46,10 @@ def worker(worker_env: dict[str, str]) -> Iterator[WorkerProcess]:
 
 
 def _verify(received: Received) -> None:
-    """What a receiver does: recompute the signature over the timestamp, a dot and the raw body."""
-    timestamp = received.headers["x-chatq-timestamp"]
-    expected = hmac.new(SECRET.encode(), f"{timestamp}.".encode() + received.body, hashlib.sha256).hexdigest()
+    """What a receiver does: recompute the signature over the timestamp, the delivery id and the raw body."""
+    timestamp, delivery = received.headers["x-chatq-timestamp"], received.headers["x-chatq-delivery"]
+    signed = f"{timestamp}.{delivery}.".encode() + received.body
+    expected = hmac.new(SECRET.encode(), signed, hashlib.sha256).hexdigest()
     assert hmac.compare_digest(received.headers["x-chatq-signature"], f"sha256={expected}")
 
 

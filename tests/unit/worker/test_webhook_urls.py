@@ -64,18 +64,35 @@ def test_ipv4_mapped_addresses_are_judged_by_their_ipv4_address() -> None:
     assert address_problem(ipaddress.ip_address("100.64.0.1")) == "a non-public address"
 
 
-def test_the_signature_is_the_hmac_of_timestamp_dot_body() -> None:
+def _receiver_accepts(headers: dict[str, str], body: bytes, secret: str) -> bool:
+    """What docs/gateway.md tells a receiver to do: recompute over timestamp, delivery id and body."""
+    signed = f"{headers['X-Chatq-Timestamp']}.{headers['X-Chatq-Delivery']}.".encode() + body
+    expected = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(headers["X-Chatq-Signature"], f"sha256={expected}")
+
+
+def test_the_signature_is_the_hmac_of_timestamp_delivery_id_and_body() -> None:
     body = b'{"id":"t","status":"succeeded"}'
-    expected = hmac.new(b"s3cret", b"1764640000." + body, hashlib.sha256).hexdigest()
-    assert sign("s3cret", 1764640000, body) == f"sha256={expected}"
+    expected = hmac.new(b"s3cret", b"1764640000.d-1." + body, hashlib.sha256).hexdigest()
+    assert sign("s3cret", 1764640000, "d-1", body) == f"sha256={expected}"
     headers = signed_headers(
-        delivery_id="d", event="turn.succeeded", attempt=2, timestamp=1764640000, body=body, secret="s3cret"
+        delivery_id="d-1", event="turn.succeeded", attempt=2, timestamp=1764640000, body=body, secret="s3cret"
     )
     assert headers["X-Chatq-Signature"] == f"sha256={expected}"
     assert (headers["X-Chatq-Delivery"], headers["X-Chatq-Attempt"], headers["X-Chatq-Timestamp"]) == (
-        "d",
+        "d-1",
         "2",
         "1764640000",
     )
     unsigned = signed_headers(delivery_id="d", event="e", attempt=1, timestamp=1, body=body, secret=None)
     assert "X-Chatq-Signature" not in unsigned
+
+
+def test_a_receiver_refuses_a_delivery_id_that_was_not_signed() -> None:
+    # Receivers de-duplicate on X-Chatq-Delivery: a replay under a fresh id must not verify.
+    body = b'{"id":"t","status":"succeeded"}'
+    headers = signed_headers(delivery_id="d-1", event="turn.succeeded", attempt=1, timestamp=17, body=body, secret="k")
+    assert _receiver_accepts(headers, body, "k")
+    assert not _receiver_accepts({**headers, "X-Chatq-Delivery": "d-2"}, body, "k")
+    assert not _receiver_accepts({**headers, "X-Chatq-Timestamp": "18"}, body, "k")
+    assert not _receiver_accepts(headers, body + b" ", "k")
