@@ -28,8 +28,8 @@ migrate: services
 	$(WITH_ENV) $(VENV)/bin/chatq db upgrade
 
 # The main job: a worker on the embedded defaults (the offline echo model unless OPENAI_API_KEY is set).
-# It first says which Postgres and Redis it uses and whether `chatq` in another terminal here reaches
-# them (the command reads .env, then .local/services.env). Ctrl-C stops the worker cleanly (exit 0);
+# It first says which Postgres and Redis it uses and whether chatq in another terminal here reaches
+# them (every chatq process reads .env, then .local/services.env: chatq/envfile.py). Ctrl-C stops the worker cleanly (exit 0);
 # make itself then ends as any interrupted program does, without an error line.
 run: migrate
 	@$(WITH_ENV) $(PY) -c 'import os; from worker.envfile import services_notice; print(services_notice(os.environ))'
