@@ -32,7 +32,9 @@ def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     )
     monkeypatch.chdir(tmp_path)
     for name in ("DATABASE_URL", "REDIS_URL", "CHATQ_ENV_FILES", "CHATQ_SSE_HEARTBEAT"):
-        monkeypatch.delenv(name, raising=False)
+        # setenv first: monkeypatch then restores the variable (or its absence) whatever the test wrote.
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     return tmp_path
 
 
@@ -67,3 +69,9 @@ def test_an_explicit_mapping_is_parsed_as_given(checkout: Path) -> None:
     """`load_settings(env)` with a mapping of its own reads no file (tests and tools pass one)."""
     assert load_settings({}).database_url == DEFAULT_DATABASE_URL
     assert "DATABASE_URL" not in os.environ
+
+
+def test_what_the_files_filled_is_gone_after_each_test() -> None:
+    """The fixture's promise, checked from a test after those above (the suite reads no env file)."""
+    assert os.environ.get("DATABASE_URL") != RECORDED
+    assert os.environ.get("DATABASE_URL") != DOTENV
