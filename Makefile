@@ -4,8 +4,12 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# Sourced by recipes so a private Postgres/Redis started by scripts/services.sh is used.
+# Sourced by recipes so that they use the Postgres and Redis scripts/services.sh settled on (the
+# exported URLs, else the ones this clone recorded, else the defaults), never a default of make's.
 WITH_ENV := set -a; . .local/services.env; set +a;
+# Each test's name as it starts and its outcome as it ends, and the slowest at the end: a long
+# suite on a busy machine never sits silent (PYTEST_PROGRESS= for pytest's dots).
+PYTEST_PROGRESS ?= -v --durations=15
 
 .PHONY: install services migrate run worker beat lint format test test-unit test-integration test-faults bench bench-peer clean
 
@@ -24,8 +28,8 @@ migrate: services
 	$(WITH_ENV) $(VENV)/bin/chatq db upgrade
 
 # The main job: a worker on the embedded defaults (the offline echo model unless OPENAI_API_KEY is set).
-# It first says which Postgres and Redis it uses and whether `chatq` in another terminal here reaches
-# them (the command reads .env, then .local/services.env). Ctrl-C stops the worker cleanly (exit 0);
+# It first says which Postgres and Redis it uses and whether chatq in another terminal here reaches
+# them (every chatq process reads .env, then .local/services.env: chatq/envfile.py). Ctrl-C stops the worker cleanly (exit 0);
 # make itself then ends as any interrupted program does, without an error line.
 run: migrate
 	@$(WITH_ENV) $(PY) -c 'import os; from worker.envfile import services_notice; print(services_notice(os.environ))'
@@ -40,18 +44,20 @@ format: install
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+# The whole suite takes minutes (tens of them on a busy machine); `make test-unit` is the quick subset.
 test: services lint
 	scripts/browser.sh
-	$(WITH_ENV) $(PY) -m pytest
+	@echo "make test: the whole suite, each test named as it runs; for a quick check: make test-unit"
+	$(WITH_ENV) $(PY) -m pytest $(PYTEST_PROGRESS)
 
 test-unit: services
-	$(WITH_ENV) $(PY) -m pytest tests/unit
+	$(WITH_ENV) $(PY) -m pytest $(PYTEST_PROGRESS) tests/unit
 
 test-integration: services
-	$(WITH_ENV) $(PY) -m pytest tests/integration
+	$(WITH_ENV) $(PY) -m pytest $(PYTEST_PROGRESS) tests/integration
 
 test-faults: services
-	$(WITH_ENV) $(PY) -m pytest tests/faults
+	$(WITH_ENV) $(PY) -m pytest $(PYTEST_PROGRESS) tests/faults
 
 bench: services
 	$(WITH_ENV) $(PY) -m bench
@@ -63,5 +69,7 @@ bench-peer: services
 	test -x $(PEER_VENV)/bin/langgraph || { python3 -m venv $(PEER_VENV) && $(PEER_VENV)/bin/python -m pip install -q --disable-pip-version-check -e '.[peer]'; }
 	$(WITH_ENV) $(PY) -m bench peer
 
+# Stops this clone's private Postgres and Redis (if it started any) and deletes their data first.
 clean:
+	test ! -d .local || scripts/services.sh remove
 	rm -rf $(VENV) .local .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -4,9 +4,12 @@
 `reset_settings()` forgets) and validates it, so a bad value stops a worker or a CLI call at start-up
 with one clear line instead of failing a turn later. The gateway's four (`GatewayVariables`) are
 parsed by `load_gateway_variables()` when `chatq serve` starts, so a bad one stops the gateway only.
-Two kinds are read elsewhere: `CHATQ_ENV_FILES` by `worker.envfile`, which fills the environment
-from those files before anything here reads it, and Flower's own `FLOWER_*` options, which
-`worker.ops.flower` checks and hands to Flower. README's Configuration section lists every one;
+What is parsed is the environment as `chatq.envfile.resolved_environ` leaves it: the process
+environment, with what it leaves unset filled from `.env` and `.local/services.env` in the current
+directory, so every entry point (the CLI, the Python API, `celery -A worker`, the gateway, Flower)
+resolves the same values. Two kinds are read elsewhere: `CHATQ_ENV_FILES` by `chatq.envfile`, which
+says which files fill the rest, and Flower's own `FLOWER_*` options, which `worker.ops.flower` checks
+and hands to Flower. README's Configuration section lists every one;
 `tests/unit/test_environment.py` holds that no other module reads a chatq variable.
 """
 
@@ -19,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from chatq.envfile import resolved_environ
 from chatq.errors import ConfigError
 from chatq.model_limits import ModelLimit, parse_model_limits
 from chatq.per_process import PerProcess
@@ -268,8 +272,9 @@ def _modules(env: Mapping[str, str], name: str) -> tuple[str, ...]:
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
-    """Parse and validate settings from `env` (the process environment by default)."""
-    env = os.environ if env is None else env
+    """Parse and validate settings from `env` (by default the process environment, filled from the env
+    files: `chatq.envfile.resolved_environ`)."""
+    env = resolved_environ() if env is None else env
     api_key = (env.get("OPENAI_API_KEY") or "").strip() or None
     default_model = (env.get("CHATQ_MODEL") or "").strip() or (DEFAULT_OPENAI_MODEL if api_key else ECHO_MODEL)
     base_url = (env.get("OPENAI_BASE_URL") or "").strip() or None
@@ -445,7 +450,7 @@ def parse_tenant_tokens(raw: str, name: str = "CHATQ_API_TOKENS") -> tuple[Tenan
 def load_gateway_variables(env: Mapping[str, str] | None = None, *, token_required: bool = True) -> GatewayVariables:
     """Parse and validate the gateway's variables from `env` (the process environment by default);
     without a token, ConfigError unless `token_required` is off (`chatq serve --unauthenticated`)."""
-    env = os.environ if env is None else env
+    env = resolved_environ() if env is None else env
     tokens = parse_api_tokens(env.get("CHATQ_API_TOKEN") or "")
     tenant_tokens = parse_tenant_tokens(env.get("CHATQ_API_TOKENS") or "")
     if not tokens and not tenant_tokens and token_required:
@@ -468,7 +473,7 @@ def load_gateway_variables(env: Mapping[str, str] | None = None, *, token_requir
 
 def placeholder_api_token(env: Mapping[str, str] | None = None) -> bool:
     """Whether `CHATQ_API_TOKEN` still holds `.env.example`'s public `change-me-...` value."""
-    env = os.environ if env is None else env
+    env = resolved_environ() if env is None else env
     tokens = (env.get("CHATQ_API_TOKEN") or "").split(",")
     return any(token.strip().lower().startswith(PLACEHOLDER_PREFIX) for token in tokens)
 

@@ -23,7 +23,10 @@ from models.knowledge import attach_knowledge_bases
 from models.tables import ChatMessage, ChatSession, Turn, TurnStatus
 from worker.errors import InvalidTurn, NotCancellable, SessionBusy, TurnConflict, TurnExists, TurnNotFound
 from worker.events import EventType, TurnEvents
-from worker.history import SessionPage, TurnPage, get_session, list_sessions, list_turns
+from worker.history import SessionPage, TurnPage
+from worker.history import get_session as _get_session
+from worker.history import list_sessions as _list_sessions
+from worker.history import list_turns as _list_turns
 from worker.payload import (
     INTERACTIVE_QUEUE,
     QUEUES,
@@ -39,11 +42,14 @@ from worker.payload import (
     validate_system_prompt,
 )
 from worker.runtime import claims, turns
-from worker.runtime.deletion import DeletedSessionReport, delete_session
+from worker.runtime.deletion import DeletedSessionReport
+from worker.runtime.deletion import delete_session as _delete_session
 from worker.runtime.dispatch import kick_next, send_turn
 from worker.runtime.webhooks import schedule_delivery
-from worker.sessions import KEEP, Keep, update_session
-from worker.waiting import wait_for_turn
+from worker.schema import explains_missing_schema
+from worker.sessions import KEEP, Keep
+from worker.sessions import update_session as _update_session
+from worker.waiting import wait_for_turn as _wait_for_turn
 from worker.webhook_urls import validate_webhook
 
 __all__ = [
@@ -67,6 +73,15 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+# The API's calls that live in other modules, each raising SchemaMissing (one line: run `chatq db
+# upgrade`) on a database nobody migrated, as the calls defined here do (worker.schema).
+get_session = explains_missing_schema(_get_session)
+list_sessions = explains_missing_schema(_list_sessions)
+list_turns = explains_missing_schema(_list_turns)
+update_session = explains_missing_schema(_update_session)
+delete_session = explains_missing_schema(_delete_session)
+wait_for_turn = explains_missing_schema(_wait_for_turn)
 
 
 class IfBusy(enum.StrEnum):
@@ -98,6 +113,7 @@ class SubmittedTurn:
     """Turns cancelled to make way for this one (IfBusy.INTERRUPT)."""
 
 
+@explains_missing_schema
 def create_session(
     *,
     framework: str = "langgraph",
@@ -150,6 +166,7 @@ def create_session(
     return new_id
 
 
+@explains_missing_schema
 def submit_turn(
     session_id: uuid.UUID | str,
     content: str,
@@ -267,6 +284,7 @@ class Cancellation:
     """True: the turn had been cancelled (or asked to stop) before this call, which changed nothing."""
 
 
+@explains_missing_schema
 def cancel_turn(turn_id: uuid.UUID | str, *, tenant: str | None = None) -> Cancellation:
     """Cancel a queued or running turn; says whether this call cancelled it or it already was.
 

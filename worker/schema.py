@@ -1,10 +1,16 @@
 """Whether the database has chatq's tables: a database nobody migrated gets one clear hint.
 
 Without it a user sees Postgres's own `relation "chat_sessions" does not exist`. The CLI, `chatq
-worker` and `chatq serve` recognise that error here and say to run `chatq db upgrade` instead.
+worker` and `chatq serve` recognise that error here and say to run `chatq db upgrade` instead, and
+the Python producer API (`worker.producer`, each call `explains_missing_schema`) raises the same
+one-line `SchemaMissing` in place of SQLAlchemy's ProgrammingError.
 """
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
@@ -15,6 +21,9 @@ from worker.errors import SchemaMissing
 
 UNDEFINED_TABLE = "42P01"
 """Postgres's SQLSTATE for a missing table (psycopg's `errors.UndefinedTable`)."""
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 CONNECT_TIMEOUT = 3
 """Seconds the start-up check waits for Postgres before leaving the question to later."""
@@ -58,3 +67,20 @@ def require_schema() -> None:
             raise schema_missing(settings.database_url_masked) from None
     finally:
         engine.dispose()
+
+
+def explains_missing_schema(function: Callable[P, R]) -> Callable[P, R]:
+    """`function`, raising SchemaMissing (one line: run `chatq db upgrade`) where it would raise the
+    database's missing-table error; every other error passes unchanged."""
+
+    @functools.wraps(function)
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return function(*args, **kwargs)
+        except Exception as exc:
+            if is_undefined_table(exc):
+                # `from None`: the user reads one line, not SQLAlchemy's traceback (still in __context__).
+                raise schema_missing() from None
+            raise
+
+    return call

@@ -18,7 +18,7 @@ OURS = re.compile(r"^(CHATQ|OPENAI|DATABASE|REDIS)_[A-Z0-9_]*$")
 SETTINGS = ROOT / "chatq" / "settings.py"
 
 ALLOWED: dict[str, str] = {
-    "worker/envfile.py": "it fills the environment from .env files before Settings parses it, so it reads "
+    "chatq/envfile.py": "it fills the environment from .env files before Settings parses it, so it reads "
     "CHATQ_ENV_FILES (which files to read) itself, from the environment it is filling",
 }
 """Module (relative path) -> why it may read one of our variables itself."""

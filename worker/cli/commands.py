@@ -2,7 +2,7 @@
 
 Errors are one clear line on stderr and a non-zero exit code, never a traceback. Producer
 commands import no agent framework, so `chatq submit` returns its turn id quickly. Variables not
-set in the environment are read from `.env` and `.local/services.env` (worker/envfile.py).
+set in the environment are read from `.env` and `.local/services.env` (chatq/envfile.py).
 """
 
 from __future__ import annotations
@@ -417,12 +417,13 @@ def _explain(exc: BaseException) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from worker.envfile import load_env_files
+    from chatq.envfile import resolved_environ
 
     arguments = list(sys.argv[1:] if argv is None else argv)
     try:
-        # Before any settings are read: a terminal in the checkout reaches what `make run` uses.
-        load_env_files()
+        # The settings would do it on first use; done first so that a bad file is one line before
+        # any command starts, and what a pass-through command execs inherits the filled environment.
+        resolved_environ()
     except ChatqError as exc:
         print(f"chatq: error: {one_line(exc.message)}", file=sys.stderr)
         return EXIT_FAILED

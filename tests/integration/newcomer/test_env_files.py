@@ -1,7 +1,8 @@
-"""A terminal in the checkout reaches the services `make run` uses: `chatq` reads `.env`-style files.
+"""A terminal in the checkout reaches the services `make run` uses: every entry point reads `.env`-style files.
 
-Real `chatq` subprocesses in a scratch directory, with DATABASE_URL/REDIS_URL taken out of their
-environment, so that only the files (or an explicit variable) can point them at the test database.
+Real subprocesses (`chatq`, the Python API, `celery -A worker`) in a scratch directory, with
+DATABASE_URL/REDIS_URL taken out of their environment, so that only the files (or an explicit
+variable) can point them at the test database.
 """
 
 from __future__ import annotations
@@ -25,10 +26,15 @@ def _unused_port() -> int:
 
 def _chatq_in(directory: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """`chatq ARGS` run from `directory` with exactly `env` (plus PATH and the like, never the URLs)."""
+    return _python_in(directory, env, "-m", "worker.cli", *args)
+
+
+def _python_in(directory: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`python ARGS` run from `directory` with exactly `env` (plus PATH and the like, never the URLs)."""
     # The suite sets CHATQ_ENV_FILES="" (tests/conftest.py): without it, the default files apply.
     base = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "CHATQ_ENV_FILES")}
     return subprocess.run(
-        [sys.executable, "-m", "worker.cli", *args],
+        [sys.executable, *args],
         cwd=directory,
         env={**base, **env},
         capture_output=True,
@@ -89,3 +95,41 @@ def test_chatq_env_files_chooses_the_files(tmp_path: Path, chatq_env: dict[str, 
     assert chosen.stderr == "chatq: error: CHATQ_WORKER_CONCURRENCY must be a whole number, got 'many'\n"
     none = _chatq_in(tmp_path, {**chatq_env, "CHATQ_ENV_FILES": "", "CHATQ_WORKER_CONCURRENCY": "x"}, "worker")
     assert none.stderr == "chatq: error: CHATQ_WORKER_CONCURRENCY must be a whole number, got 'x'\n"
+
+
+def _record_services(directory: Path, database_url: str, redis_url: str) -> None:
+    """What scripts/services.sh writes for `make run` (single-quoted, as it writes them)."""
+    (directory / ".local").mkdir(exist_ok=True)
+    (directory / ".local" / "services.env").write_text(f"DATABASE_URL='{database_url}'\nREDIS_URL='{redis_url}'\n")
+
+
+API_SHOW = "import sys; from worker.producer import get_session; print(get_session(sys.argv[1])['id'])"
+"""The README's Python API in a second terminal: read a session (read-only, see above)."""
+
+
+def test_the_python_api_reads_the_same_files(tmp_path: Path, chatq_env: dict[str, str]) -> None:
+    session_id = create_session()
+    _record_services(tmp_path, chatq_env["DATABASE_URL"], chatq_env["REDIS_URL"])
+    shown = _python_in(tmp_path, {}, "-c", API_SHOW, str(session_id))
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == str(session_id)
+
+    # An exported DATABASE_URL wins over the file: here one where nothing listens.
+    nowhere = f"postgresql+psycopg://postgres@127.0.0.1:{_unused_port()}/chatq"
+    exported = _python_in(tmp_path, {"DATABASE_URL": nowhere}, "-c", API_SHOW, str(session_id))
+    assert exported.returncode != 0
+    assert "Connection refused" in exported.stderr or "connection failed" in exported.stderr
+
+
+def test_celery_a_worker_reads_the_same_files(tmp_path: Path, chatq_env: dict[str, str]) -> None:
+    """`celery -A worker ...` builds its broker URL from the settings, which apply the files first."""
+    _record_services(tmp_path, chatq_env["DATABASE_URL"], chatq_env["REDIS_URL"])
+    host_and_db = chatq_env["REDIS_URL"].split("@")[-1].split("://")[-1]  # e.g. localhost:6379/13
+    report = _python_in(tmp_path, {}, "-m", "celery", "-A", "worker", "report")
+    assert report.returncode == 0, report.stderr
+    assert "broker_url: 'redis://" in report.stdout
+    assert host_and_db in report.stdout.split("broker_url: ", 1)[1].splitlines()[0]
+
+    other = "redis://127.0.0.1:6379/14"
+    exported = _python_in(tmp_path, {"REDIS_URL": other}, "-m", "celery", "-A", "worker", "report")
+    assert "127.0.0.1:6379/14" in exported.stdout.split("broker_url: ", 1)[1].splitlines()[0]

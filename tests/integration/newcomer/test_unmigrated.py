@@ -1,14 +1,17 @@
-"""A database nobody ran `chatq db upgrade` on: the CLI, `chatq worker` and `chatq serve` say so in one line."""
+"""A database nobody ran `chatq db upgrade` on: the CLI, `chatq worker`, `chatq serve` and the Python API
+say so in one line."""
 
 from __future__ import annotations
 
 import re
 import socket
+import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from tests.support.cli import chatq
+from tests.support.env import environ
 from tests.support.services import fresh_database
 
 
@@ -57,3 +60,24 @@ def test_worker_help_needs_no_database(unmigrated: dict[str, str]) -> None:
     result = chatq(unmigrated, "worker", "--help", timeout=60)
     assert result.returncode == 0, result.stderr
     assert "--concurrency" in result.stdout
+
+
+def test_the_python_api_raises_the_same_one_line_error(unmigrated: dict[str, str]) -> None:
+    """The README's Python API on that database: SchemaMissing with the CLI's line, not SQLAlchemy's traceback."""
+    from models.db import dispose_engine
+    from worker.errors import SchemaMissing
+    from worker.producer import create_session, list_sessions, submit_turn
+
+    dispose_engine()
+    try:
+        with environ(DATABASE_URL=unmigrated["DATABASE_URL"]):
+            dispose_engine()
+            for call in (create_session, list_sessions, lambda: submit_turn(uuid.uuid4(), "hello")):
+                with pytest.raises(SchemaMissing) as raised:
+                    call()
+                line = f"chatq: error: {raised.value.message}\n"
+                assert HINT.match(line), line
+                assert "chatq_unmigrated" in line
+                assert raised.value.__cause__ is None and raised.value.__suppress_context__
+    finally:
+        dispose_engine()
