@@ -48,9 +48,17 @@ _TERMINAL = {
 
 
 def publish_missing_terminal_events(
-    *, settle: float = SETTLE, limit: int = BATCH, client: redis.Redis | None = None, retention: int | None = None
+    *,
+    settle: float | None = None,
+    limit: int = BATCH,
+    client: redis.Redis | None = None,
+    retention: int | None = None,
 ) -> list[uuid.UUID]:
-    """One pass over the unended set (see the module docstring); returns the turns it published for."""
+    """One pass over the unended set (see the module docstring); returns the turns it published for.
+
+    `settle`: SETTLE unless given.
+    """
+    settle = SETTLE if settle is None else settle
     client = client or get_redis()
     retention = retention or get_settings().event_retention
     now = time.time()
