@@ -158,10 +158,13 @@ class EventPrinter:
             # Nothing streamed (a handler without stream()): the whole reply. Some streamed: only
             # what the reply adds to it, if it continues it (else the reply was the streamed text's
             # last part, after tool calls).
-            if not self._streamed or reply.startswith(self._streamed):
-                self.out.write(reply[len(self._streamed) :])
+            rest = reply[len(self._streamed) :] if reply.startswith(self._streamed) else ""
+            if rest or not self._streamed:
+                self.out.write(rest)
+                self._mid_line = True
+            if self._mid_line:
+                self.out.write("\n")
             self._streamed = ""
-            self.out.write("\n")
             self.out.flush()
             self._mid_line = False
             usage = event.get("usage") or {}
