@@ -25,7 +25,7 @@ from tests.support.turns import replay_events
 from worker.event_scripts import UNENDED, add_unended
 from worker.events import TERMINAL_TYPES, EventType, TurnEvents, session_channel
 from worker.payload import GUARDED_QUEUES
-from worker.producer import create_session, submit_turn
+from worker.producer import cancel_turn, create_session, submit_turn
 from worker.runtime import claims, terminal_repair
 from worker.runtime.sweeper import sweep_once
 
@@ -198,3 +198,18 @@ def test_a_recently_ended_turn_is_left_to_its_own_publisher(client: redis.Redis,
     assert claim.turn_id not in terminal_repair.publish_missing_terminal_events(settle=30)
     assert terminal(redis_url, claim.turn_id) == []
     assert claim.turn_id in terminal_repair.publish_missing_terminal_events(settle=0)
+
+
+def test_a_cancel_noted_as_ending_leaves_the_set_with_its_one_event(client: redis.Redis, redis_url: str) -> None:
+    session_id = create_session(framework="none", model="echo")
+    queued = submit_turn(session_id, "cancel me")
+    running, _ = started()
+    assert cancel_turn(queued.turn_id).status is TurnStatus.CANCELLED
+    assert cancel_turn(running.turn_id).status is TurnStatus.RUNNING  # its worker ends it
+
+    assert queued.turn_id not in terminal_repair.publish_missing_terminal_events()
+
+    [cancelled] = terminal(redis_url, queued.turn_id)
+    assert "repaired" not in cancelled
+    assert client.zscore(UNENDED, str(queued.turn_id)) is None
+    assert client.zscore(UNENDED, str(running.turn_id)) is not None
