@@ -235,7 +235,7 @@ def _expect_end(turn_ids: Sequence[uuid.UUID]) -> None:
         return
     try:
         add_unended(get_redis(), turn_ids, now=time.time())
-    except RedisError as exc:  # the cancel stands; only the repair of a lost event is
+    except RedisError as exc:  # the cancel goes on; only a lost `cancelled` event would stay unrepaired
         log.warning("could not note %d turn(s) as ending: %s", len(turn_ids), mask_secrets(str(exc)))
 
 
