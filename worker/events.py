@@ -1,8 +1,10 @@
 """Stream events (docs/contract.md, "Stream events"): Redis pub/sub per session plus a replay stream per turn.
 
-Each event costs one round trip: PUBLISH, XADD and EXPIRE go in one write (`chatq.shortcuts.redis_resp`).
+Each event costs one round trip: PUBLISH, XADD and EXPIRE go in one write (`chatq.shortcuts.redis_resp`);
+a terminal event goes through a script that lets only a turn's first one out (`worker.event_scripts`).
 Publishing is best effort by design: Postgres holds the truth, so a Redis hiccup is logged and the
-turn goes on rather than failing a reply the model already produced.
+turn goes on rather than failing a reply the model already produced (the sweep publishes a terminal
+event that did not get out, `worker.runtime.terminal_repair`).
 """
 
 from __future__ import annotations
