@@ -1,14 +1,15 @@
 """Stream events (docs/contract.md, "Stream events"): Redis pub/sub per session plus a replay stream per turn.
 
-Each event costs one round trip: PUBLISH, XADD and EXPIRE go in one write (`chatq.shortcuts.redis_resp`).
+Each event costs one round trip: PUBLISH, XADD and EXPIRE go in one write (`chatq.shortcuts.redis_resp`);
+a terminal event goes through a script that lets only a turn's first one out (`worker.event_scripts`).
 Publishing is best effort by design: Postgres holds the truth, so a Redis hiccup is logged and the
-turn goes on rather than failing a reply the model already produced.
+turn goes on rather than failing a reply the model already produced (the sweep publishes a terminal
+event that did not get out, `worker.runtime.terminal_repair`).
 """
 
 from __future__ import annotations
 
 import enum
-import hashlib
 import json
 import logging
 import threading
@@ -22,7 +23,15 @@ from redis.retry import Retry
 
 from chatq.per_process import PerProcess
 from chatq.settings import get_settings, mask_secrets
-from chatq.shortcuts.redis_resp import roundtrip
+from chatq.shortcuts.redis_resp import Arg, roundtrip
+from worker.event_scripts import (
+    NUMBER_AND_PUBLISH_SHA,
+    PUBLISH_TERMINAL_SHA,
+    UNENDED,
+    run_script,
+    split_at_seq,
+    terminal_arguments,
+)
 
 log = logging.getLogger(__name__)
 
@@ -108,33 +117,6 @@ def encode_event(event: Mapping[str, Any]) -> str:
     return json.dumps(event, separators=(",", ":"), default=str)
 
 
-# Numbers an event after the newest one in the turn's stream and publishes it (PUBLISH, XADD,
-# EXPIRE, as `TurnEvents.send`), atomically and in one round trip instead of an XREVRANGE and then
-# a publish. KEYS[1]: the stream. ARGV: the channel, the retention, and the event's JSON before and
-# after the seq's value.
-_NUMBER_AND_PUBLISH = """
-local seq = 0
-local newest = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-if newest[1] then
-  local fields = newest[1][2]
-  for i = 1, #fields - 1, 2 do
-    if fields[i] == 'event' then
-      local ok, event = pcall(cjson.decode, fields[i + 1])
-      local number = ok and type(event) == 'table' and tonumber(event.seq)
-      if number then seq = math.floor(number) end
-    end
-  end
-end
-seq = seq + 1
-local event = ARGV[3] .. string.format('%d', seq) .. ARGV[4]
-redis.call('PUBLISH', ARGV[1], event)
-redis.call('XADD', KEYS[1], '*', 'event', event)
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-return seq
-"""
-_NUMBER_AND_PUBLISH_SHA = hashlib.sha1(_NUMBER_AND_PUBLISH.encode()).hexdigest()
-
-
 class TurnEvents:
     """Publishes one turn's events with consecutive `seq` numbers."""
 
@@ -177,23 +159,25 @@ class TurnEvents:
     ) -> TurnEvents:
         """`resume()`, then `publish(type_, attempt, **fields)`, in one round trip.
 
-        A script in Redis numbers the event after the newest one in the turn's stream. Where the
-        script cannot run, the two steps run one after the other, with their own logging. Where
-        Redis cannot be reached, the event is dropped as `send` drops events in an outage, and
-        numbering starts from 0 as `last_seq` does then, without trying the two steps as well.
+        A script in Redis numbers the event after the newest one in the turn's stream (a `started`
+        event also puts the turn in the unended set, `worker.event_scripts`). Where the script
+        cannot run, the two steps run one after the other, with their own logging. Where Redis
+        cannot be reached, the event is dropped as `send` drops events in an outage, and numbering
+        starts from 0 as `last_seq` does then, without trying the two steps as well. A terminal
+        event always takes the two steps (`send` publishes it only if it is the turn's first).
         """
+        if type_ in TERMINAL_TYPES:
+            events = cls.resume(session_id=session_id, turn_id=turn_id, client=client)
+            events.publish(type_, attempt, **fields)
+            return events
         events = cls(session_id=session_id, turn_id=turn_id, client=client)
         event = events.build(type_, attempt, **fields)
         # The JSON as every other event has it, split where the script writes the seq's value.
-        payload = encode_event(event)
-        head, _, tail = payload.partition(f'"seq":{event["seq"]},')
-        arguments = (1, events._stream, events._channel, events.retention, head + '"seq":', "," + tail)
+        head, tail = split_at_seq(encode_event(event), event["seq"])
+        unended: tuple[Arg, Arg] = (events.turn_id, f"{time.time():.3f}") if type_ is EventType.STARTED else ("", 0)
+        arguments = (2, events._stream, UNENDED, events._channel, events.retention, head, tail, *unended)
         try:
-            try:
-                replies = roundtrip(events.client, [("EVALSHA", _NUMBER_AND_PUBLISH_SHA, *arguments)])
-            except redis.exceptions.NoScriptError:
-                # Not cached yet (a new or restarted Redis): EVAL runs it and caches it.
-                replies = roundtrip(events.client, [("EVAL", _NUMBER_AND_PUBLISH, *arguments)])
+            replies = run_script(events.client, NUMBER_AND_PUBLISH_SHA, [arguments])
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             events._went_down(1, exc)
             return events
@@ -233,7 +217,9 @@ class TurnEvents:
         """Publish already built events in one round trip (the client retries briefly).
 
         After a failure, non-terminal events are dropped for a second without trying, so a Redis
-        outage costs a turn one short stall, not one per chunk; terminal events always try.
+        outage costs a turn one short stall, not one per chunk; terminal events always try. A
+        terminal event is published only if the turn has none yet (`worker.event_scripts`); a
+        `started` event puts the turn in the unended set until it has.
         """
         batch = list(events)
         if not batch:
@@ -241,22 +227,46 @@ class TurnEvents:
         terminal = any(event.get("type") in TERMINAL_TYPES for event in batch)
         if not terminal and time.monotonic() < self._down_until:
             return False
-        payloads = [encode_event(event) for event in batch]
-        commands: list[tuple[str | int, ...]] = []
-        for payload in payloads:
+        commands: list[tuple[Arg, ...]] = []
+        ends: list[tuple[Arg, ...]] = []
+        for event in batch:
+            payload = encode_event(event)
+            if event.get("type") in TERMINAL_TYPES:
+                ends.append(
+                    terminal_arguments(
+                        stream=self._stream,
+                        channel=self._channel,
+                        turn_id=self.turn_id,
+                        retention=self.retention,
+                        payload=payload,
+                        seq=int(event["seq"]),
+                    )
+                )
+                continue
             commands.append(("PUBLISH", self._channel, payload))
             commands.append(("XADD", self._stream, "*", "event", payload))
+            if event.get("type") == EventType.STARTED:
+                commands.append(("ZADD", UNENDED, "NX", f"{time.time():.3f}", self.turn_id))
         # The retention clock is set with the first event (a turn whose worker dies still
-        # expires) and restarted by the terminal one; events in between need not touch it.
-        if terminal or not self._expiry_set:
+        # expires) and restarted by the terminal one (its script); events in between need not touch it.
+        if not terminal and not self._expiry_set:
             commands.append(("EXPIRE", self._stream, self.retention))
         try:
-            roundtrip(self.client, commands)
+            if ends:
+                published = run_script(self.client, PUBLISH_TERMINAL_SHA, ends, before=commands)
+            else:
+                roundtrip(self.client, commands)
         except redis.RedisError as exc:
-            self._went_down(len(payloads), exc)
+            self._went_down(len(batch), exc)
             return False
         self._down_until = 0.0
         self._expiry_set = True
+        if ends and not all(published):
+            log.info(
+                "turn %s session %s: its terminal event was out already; not published again",
+                self.turn_id,
+                self.session_id,
+            )
         return True
 
     def _went_down(self, count: int, exc: redis.RedisError) -> None:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import enum
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis import RedisError
 from sqlalchemy import select, update
 
 from chatq.settings import get_settings, mask_secrets
@@ -22,7 +24,8 @@ from models.db import autocommit_scope, session_scope
 from models.knowledge import attach_knowledge_bases
 from models.tables import ChatMessage, ChatSession, Turn, TurnStatus
 from worker.errors import InvalidTurn, NotCancellable, SessionBusy, TurnConflict, TurnExists, TurnNotFound
-from worker.events import EventType, TurnEvents
+from worker.event_scripts import add_unended
+from worker.events import EventType, TurnEvents, get_redis
 from worker.history import SessionPage, TurnPage
 from worker.history import get_session as _get_session
 from worker.history import list_sessions as _list_sessions
@@ -237,8 +240,20 @@ def _apply_busy_policy(db: Any, session_id: uuid.UUID, policy: IfBusy) -> list[u
     active = list(db.execute(select(Turn.id).where(Turn.session_id == session_id, turns.unfinished())).scalars())
     if active and policy is IfBusy.REJECT:
         raise SessionBusy(f"session {session_id} is busy with {len(active)} unfinished turn(s)")
+    _expect_end(active)
     claims.request_cancel(db, active)
     return active
+
+
+def _expect_end(turn_ids: Sequence[uuid.UUID]) -> None:
+    """Before a cancel commits: put its turns in the unended set (`worker.event_scripts`), so the
+    sweep publishes their `cancelled` event should this process die before `_announce_cancel`."""
+    if not turn_ids:
+        return
+    try:
+        add_unended(get_redis(), turn_ids, now=time.time())
+    except RedisError as exc:  # the cancel goes on; only a lost `cancelled` event would stay unrepaired
+        log.warning("could not note %d turn(s) as ending: %s", len(turn_ids), mask_secrets(str(exc)))
 
 
 def _resubmission(request: TurnRequest) -> SubmittedTurn:
@@ -307,6 +322,7 @@ def cancel_turn(turn_id: uuid.UUID | str, *, tenant: str | None = None) -> Cance
             raise NotCancellable(f"turn {turn_uuid} has already {row.status.value}")
         if row.cancel_requested:
             return Cancellation(turn_id=turn_uuid, status=row.status, already=True)
+        _expect_end([turn_uuid])
         status, session_id = claims.request_cancel(db, [turn_uuid])[turn_uuid], row.session_id
     if status is TurnStatus.CANCELLED:
         _announce_cancel(turn_uuid)

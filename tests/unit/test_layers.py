@@ -154,6 +154,7 @@ WORKER_SHARED = {
         "payload",
         "storable",
         "events",
+        "event_scripts",
         "schema",
         "queries",
         "envfile",

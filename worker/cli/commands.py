@@ -137,16 +137,10 @@ def _follow(turn_id: uuid.UUID, *, json_lines: bool) -> int:
         printer(event)
         last = event
     if last is None or last.get("type") not in ("final", "error", "cancelled"):
-        # The replay stream is gone (older than its retention, or Redis lost it): Postgres knows.
+        # The replay stream is gone (older than its retention, or Redis lost it) or has no terminal
+        # event yet: Postgres knows. The printer adds only what did not stream.
         report = turn_report(turn_id)
-        if json_lines:
-            print(json.dumps({"type": "report", **report}, default=str))
-        else:
-            replies = [m for m in report["messages"] if m["role"] == "assistant"]
-            if replies:
-                print(replies[-1]["content"])
-            if report["error"]:
-                print(f"[{report['status']}: {report['error']}]", file=sys.stderr)
+        printer.stored(report)
         return EXIT_OK if report["status"] == "succeeded" else EXIT_FAILED
     return EXIT_OK if last.get("type") == "final" else EXIT_FAILED
 

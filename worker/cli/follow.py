@@ -95,14 +95,40 @@ def watch_session(session_id: uuid.UUID, *, client: redis.Redis | None = None) -
         pubsub.close()
 
 
+_STORED_AS = {"succeeded": EventType.FINAL, "failed": EventType.ERROR, "cancelled": EventType.CANCELLED}
+
+
 class EventPrinter:
-    """Renders events for a person: reply text inline, tools and retries as short notes on stderr."""
+    """Renders events for a person: reply text inline, tools and retries as short notes on stderr.
+
+    The reply is printed once: streamed as `text` events, or from `final` (or from the stored turn,
+    `stored`) only as far as the current attempt has not streamed it.
+    """
 
     def __init__(self, out: TextIO | None = None, err: TextIO | None = None, *, json_lines: bool = False) -> None:
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.json_lines = json_lines
         self._mid_line = False
+        self._streamed = ""
+        """The text the current attempt streamed (a `retry` drops it: the next attempt starts over)."""
+
+    def stored(self, report: Event) -> None:
+        """End with the stored turn (`worker.queries.turn_report`) when no terminal event came.
+
+        For a person it is printed as the terminal event its status stands for, so a reply that
+        already streamed is not printed again; `json_lines` prints the report as one line.
+        """
+        if self.json_lines:
+            self.out.write(json.dumps({"type": "report", **report}, default=str) + "\n")
+            self.out.flush()
+            return
+        kind = _STORED_AS.get(str(report.get("status")))
+        if kind is None:
+            self._note(f"[{report.get('status')}]")
+            return
+        messages = [m for m in report.get("messages") or [] if m.get("role") != "user"]
+        self({"type": kind.value, "messages": messages, "usage": report.get("usage"), "error": report.get("error")})
 
     def __call__(self, event: Event) -> None:
         if self.json_lines:
@@ -111,9 +137,11 @@ class EventPrinter:
             return
         kind = event.get("type")
         if kind == EventType.TEXT:
-            self.out.write(str(event.get("text", "")))
+            text = str(event.get("text", ""))
+            self.out.write(text)
             self.out.flush()
             self._mid_line = True
+            self._streamed += text
         elif kind == EventType.TOOL:
             tool = event.get("tool") or {}
             self._note(f"[tool {tool.get('name')} {tool.get('status')}]")
@@ -121,15 +149,22 @@ class EventPrinter:
             # The model service (or the model's shared limits) said "not now": nothing failed.
             self._note(f"[waiting: {event.get('error')}]")
         elif kind == EventType.RETRY:
+            self._streamed = ""
             # The error comes last: it is a sentence of its own, with its own full stop.
             self._note(f"[attempt {event.get('attempt')} failed, retrying: {event.get('error')}]")
         elif kind == EventType.FINAL:
-            if not self._mid_line:
-                # Nothing streamed (a handler without stream()): print the stored reply.
-                replies = [m for m in event.get("messages") or [] if m.get("role") == "assistant"]
-                if replies:
-                    self.out.write(str(replies[-1].get("content", "")))
-            self.out.write("\n")
+            replies = [m for m in event.get("messages") or [] if m.get("role") == "assistant"]
+            reply = str(replies[-1].get("content") or "") if replies else ""
+            # Nothing streamed (a handler without stream()): the whole reply. Some streamed: only
+            # what the reply adds to it, if it continues it (else the reply was the streamed text's
+            # last part, after tool calls).
+            rest = reply[len(self._streamed) :] if reply.startswith(self._streamed) else ""
+            if rest or not self._streamed:
+                self.out.write(rest)
+                self._mid_line = True
+            if self._mid_line:
+                self.out.write("\n")
+            self._streamed = ""
             self.out.flush()
             self._mid_line = False
             usage = event.get("usage") or {}

@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 from chatq.settings import mask_secrets
 from models.db import session_scope
 from models.tables import ChatSession, DeletedSession, PaidToolCall, Turn, TurnStatus
+from worker.event_scripts import UNENDED, ended_marker
 from worker.events import get_redis, turn_stream
 from worker.history import scoped_session
 from worker.payload import parse_uuid
@@ -154,18 +155,22 @@ LIMIT_SETS = "chatq:limits:*"
 
 
 def forget_turns(turn_ids: Sequence[uuid.UUID]) -> None:
-    """Remove what Redis holds of deleted turns (best effort, in pages): their replay streams and
-    sent-markers, and their entries in the provider limits' slot, waiting and sent sets."""
+    """Remove what Redis holds of deleted turns (best effort, in pages): their replay streams,
+    sent-markers, ended-markers and places in the unended set, and their entries in the provider
+    limits' slot, waiting and sent sets."""
     if not turn_ids:
         return
     client = get_redis()
     try:
         for start in range(0, len(turn_ids), 500):
             page = turn_ids[start : start + 500]
-            client.unlink(*[key for turn_id in page for key in (turn_stream(turn_id), sent_marker(turn_id))])
+            keys = (turn_stream, sent_marker, ended_marker)
+            client.unlink(*[key(turn_id) for turn_id in page for key in keys])
+            client.zrem(UNENDED, *[str(turn_id) for turn_id in page])
         _forget_in_limits(client, {str(turn_id) for turn_id in turn_ids})
     except RedisError as exc:
-        # Left behind, they expire by themselves (CHATQ_EVENT_RETENTION, the marker's and the limits' TTLs).
+        # Left behind, they expire by themselves (CHATQ_EVENT_RETENTION, the markers' and the limits'
+        # TTLs), and the sweep drops places in the unended set of turns that no longer exist.
         log.warning("could not remove the Redis keys of %d deleted turn(s): %s", len(turn_ids), _line(exc))
 
 

@@ -5,6 +5,8 @@ Redis is only transport and keeps nothing on disk, so Postgres is searched for t
 message can no longer arrive: runnable `queued` turns not sent for CHATQ_REQUEUE_GRACE seconds,
 and `running` turns whose lease ran out (their worker died). Both are sent again; the claim
 decides who runs them, and a turn whose workers keep dying is failed there (CHATQ_MAX_DELIVERIES).
+It also publishes the terminal event of a turn that ended but whose publisher died before sending
+it (`repair_terminal_events`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from sqlalchemy.orm import Session
 from chatq.settings import Settings, get_settings, mask_secrets
 from models.db import session_scope, unpooled_connection
 from models.tables import ChatMessage, Turn, TurnStatus
-from worker.runtime import bindings, claims
+from worker.runtime import bindings, claims, terminal_repair
 from worker.runtime.dispatch import send_turns
 from worker.runtime.markers import in_queue
 from worker.runtime.turns import NextTurn, runs_next
@@ -41,10 +43,17 @@ class SweepReport:
     """Of those, turns taken back from a worker whose lease ran out."""
     purged: int = 0
     """Sessions deleted for being idle past CHATQ_RETENTION_DAYS."""
+    repaired: int = 0
+    """Ended turns whose missing terminal event was published (`repair_terminal_events`)."""
 
     def as_dict(self) -> dict[str, int]:
         """JSON form for the task result and logs."""
-        return {"resent": self.resent, "expired_leases": self.expired_leases, "purged": self.purged}
+        return {
+            "resent": self.resent,
+            "expired_leases": self.expired_leases,
+            "purged": self.purged,
+            "repaired": self.repaired,
+        }
 
 
 def declare_queues() -> None:
@@ -72,7 +81,28 @@ def sweep_once(settings: Settings | None = None) -> SweepReport:
         log.warning("turn %s: lease expired, handed to another worker", turn_id)
     if resend:
         log.info("sweeper re-sent %d turn(s), %d after an expired lease", len(resend), len(expired))
-    return SweepReport(resent=len(resend), expired_leases=len(expired), purged=purge_expired(settings))
+    repaired = repair_terminal_events(settings)
+    return SweepReport(
+        resent=len(resend), expired_leases=len(expired), purged=purge_expired(settings), repaired=repaired
+    )
+
+
+def repair_terminal_events(settings: Settings | None = None) -> int:
+    """Publish the terminal events of ended turns whose publisher died before it did
+    (`worker.runtime.terminal_repair`); returns how many."""
+    from worker.ops import metrics
+
+    retention = (settings or get_settings()).event_retention
+    try:
+        repaired = terminal_repair.publish_missing_terminal_events(retention=retention)
+    except Exception as exc:  # like retention: never let it break the re-sending of a sweep
+        log.warning(
+            "terminal event repair failed (next sweep tries again): %s",
+            (mask_secrets(str(exc)).splitlines() or [type(exc).__name__])[0],
+        )
+        return 0
+    metrics.SWEEPER.labels("repaired_event").inc(len(repaired))
+    return len(repaired)
 
 
 def purge_expired(settings: Settings | None = None) -> int:

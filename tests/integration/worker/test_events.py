@@ -10,6 +10,7 @@ import uuid
 
 import redis
 
+from worker.event_scripts import UNENDED, ended_marker
 from worker.events import EventType, TextCoalescer, TurnEvents, last_seq, make_redis, session_channel, turn_stream
 
 
@@ -207,3 +208,21 @@ def test_resume_with_during_a_redis_outage_tries_once_and_numbers_from_zero() ->
         stop.set()
         thread.join(5)
         listener.close()
+
+
+def test_a_turn_has_one_terminal_event_however_often_it_is_published(chatq_env: dict[str, str]) -> None:
+    client = redis.Redis.from_url(chatq_env["REDIS_URL"])
+    session_id, turn_id = uuid.uuid4(), uuid.uuid4()
+    events = TurnEvents(session_id=session_id, turn_id=turn_id, client=client, retention=900)
+    events.publish(EventType.STARTED, 1)
+    # `started` puts the turn in the unended set: the sweep repairs it if no terminal event comes.
+    assert client.zscore(UNENDED, str(turn_id)) is not None
+    client.script_flush()  # the terminal script is loaded on the way, the text sent once
+    events.send([events.build(EventType.TEXT, 1, text="hi"), events.build(EventType.ERROR, 1, error="no")])
+    events.publish(EventType.FINAL, 1, messages=[], usage={})  # a second publisher, or a retried write
+    TurnEvents.resume(session_id=session_id, turn_id=turn_id, client=client).publish(EventType.CANCELLED, 1)
+    stored = [json.loads(fields[b"event"]) for _id, fields in client.xrange(turn_stream(turn_id))]
+    assert [(e["type"], e["seq"]) for e in stored] == [("started", 1), ("text", 2), ("error", 3)]
+    assert client.zscore(UNENDED, str(turn_id)) is None
+    assert 600 <= client.ttl(ended_marker(turn_id)) <= 900
+    assert 600 <= client.ttl(turn_stream(turn_id)) <= 900

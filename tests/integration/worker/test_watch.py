@@ -1,4 +1,5 @@
-"""`chatq watch` of things that do not exist, and of a turn that exists but has no events yet."""
+"""`chatq watch` of things that do not exist, of a turn that exists but has no events yet, and of one
+whose terminal event never came."""
 
 from __future__ import annotations
 
@@ -10,12 +11,16 @@ import uuid
 
 import pytest
 
+from handlers.messages import AgentMessage
 from models.db import autocommit_scope
 from tests.integration.worker.conftest import STUB_MODEL
 from tests.support.cli import chatq
 from tests.support.workers import ROOT, WorkerProcess
+from worker.cli.commands import main
+from worker.events import EventType, TurnEvents
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest
 from worker.producer import create_session
+from worker.runtime import claims
 from worker.runtime.claims import insert_turn
 from worker.runtime.dispatch import send_turn
 
@@ -61,3 +66,26 @@ def test_a_stored_turn_without_events_yet_is_waited_for(worker: WorkerProcess, w
     events = [json.loads(line) for line in out.splitlines()]
     assert events[0]["type"] == "started" and events[-1]["type"] == "final"
     assert "".join(e["text"] for e in events if e["type"] == "text") == "w1 w2 w3"
+
+
+def test_a_reply_that_streamed_is_not_printed_again_from_postgres(
+    chatq_env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The reply streamed and was stored, then its worker died before `final`: after the stream
+    # stays quiet, watch ends with the stored turn, and prints only what did not stream.
+    # Stored but not sent: no worker of this package may take it.
+    session_id = create_session(framework="none", model="echo")
+    request = TurnRequest(turn_id=uuid.uuid4(), session_id=session_id, content="hello")
+    with autocommit_scope() as conn:
+        insert_turn(conn, request, queue=INTERACTIVE_QUEUE)
+    claim = claims.claim_turn(request.turn_id, worker="doomed@host").claim
+    assert claim is not None
+    events = TurnEvents.resume_with(EventType.STARTED, claim.attempt, session_id=session_id, turn_id=claim.turn_id)
+    events.publish(EventType.TEXT, claim.attempt, text="Hello the")
+    events.publish(EventType.TEXT, claim.attempt, text="re")
+    reply = [AgentMessage(role="assistant", content="Hello there")]
+    assert claims.complete_turn(claim, reply, {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}).stored
+    assert main(["watch", "--turn", str(claim.turn_id)]) == 0
+    out, err = capsys.readouterr()
+    assert out == "Hello there\n"
+    assert err == "[done: 3 prompt + 2 completion tokens]\n"
