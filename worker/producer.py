@@ -21,7 +21,15 @@ from handlers import framework_names
 from models.db import autocommit_scope, session_scope
 from models.knowledge import attach_knowledge_bases
 from models.tables import ChatMessage, ChatSession, Turn, TurnStatus
-from worker.errors import InvalidTurn, NotCancellable, SessionBusy, TurnConflict, TurnExists, TurnNotFound
+from worker.errors import (
+    InvalidTurn,
+    NotCancellable,
+    SessionBusy,
+    SessionNotFound,
+    TurnConflict,
+    TurnExists,
+    TurnNotFound,
+)
 from worker.events import EventType, TurnEvents
 from worker.history import SessionPage, TurnPage, get_session, list_sessions, list_turns
 from worker.payload import (
@@ -235,7 +243,9 @@ def _resubmission(request: TurnRequest) -> SubmittedTurn:
         raise TurnConflict(
             session_conflict(request.turn_id, stored_session=existing.session_id, given_session=request.session_id)
         )
-    if existing is None or user != request.content:
+    if existing is None:  # it was there a moment ago: its session was deleted since
+        raise SessionNotFound(f"session {request.session_id} does not exist")
+    if user != request.content:
         raise TurnConflict(f"turn {request.turn_id} already exists with different content; use a new id")
     return SubmittedTurn(
         turn_id=existing.id, session_id=existing.session_id, position=existing.position, created=False, sent=False
