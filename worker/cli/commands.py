@@ -246,6 +246,7 @@ def _exec_celery(arguments: list[str]) -> NoReturn:
 
 def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
     from chatq.settings import get_settings
+    from handlers import load_plugins
     from worker.cli.supervisor import Supervisor, child_arguments, default_processes, take_processes
     from worker.schema import require_schema
 
@@ -254,6 +255,9 @@ def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
     asks_help = bool({"-h", "--help"} & set(extra))
     if not asks_help:
         require_schema()  # an unmigrated database: say `chatq db upgrade` now, not in every turn's error
+        # A plugin that cannot be imported fails every Celery process at start (a restart loop of
+        # tracebacks under the supervisor): one line and exit 1 here instead.
+        load_plugins()
     defaults = [
         "worker",
         # Turns wait on the model, not the CPU: threads keep many in flight on few cores.
