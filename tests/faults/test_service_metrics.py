@@ -4,6 +4,7 @@ and its node names are its own on this host (worker/ops/service_metrics.py, work
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -68,7 +69,10 @@ def _nodes(service: Worker) -> set[str]:
 @pytest.mark.timeout(240)
 def test_one_scrape_counts_the_turns_of_every_process(workers: Workers) -> None:
     port = _free_port()
-    service = workers.launch(concurrency=1, processes=2, env={"CHATQ_METRICS_PORT": str(port)})
+    limits = json.dumps({STUB_MODEL: {"rpm": 6000}})  # so the provider gauges have a scope to show
+    service = workers.launch(
+        concurrency=1, processes=2, env={"CHATQ_METRICS_PORT": str(port), "CHATQ_MODEL_LIMITS": limits}
+    )
     service.wait_ready(timeout=120)
     assert _scrape(port).get('chatq_queue_depth{queue="chatq"}') is not None  # read from Redis at scrape
 
@@ -86,6 +90,9 @@ def test_one_scrape_counts_the_turns_of_every_process(workers: Workers) -> None:
     prompt = sum(row.prompt_tokens or 0 for row in rows.values())
     assert samples[f'chatq_tokens_total{{kind="prompt",model="{STUB_MODEL}"}}'] == prompt
     assert samples["chatq_turns_in_flight"] == 0
+    assert samples[f'chatq_provider_requests_total{{model="{STUB_MODEL}"}}'] == len(turns)
+    # A scope the processes listed (the fleet's adaptive limit may hold it under the configured one).
+    assert 0 < samples[f'chatq_provider_allowed_rpm{{model="{STUB_MODEL}"}}'] <= 6000
 
     # A process killed during a turn: its running turn no longer counts in flight, its counts stay.
     stuck = submit_turn(create_session(framework="langgraph", model=STUB_MODEL), "hold on [sleep: 60]").turn_id
@@ -119,3 +126,17 @@ def test_a_second_service_on_the_host_takes_other_node_names_and_logs_a_taken_me
     errors = [line for line in second.log().splitlines() if "cannot serve metrics" in line]
     assert errors and f"127.0.0.1:{port}" in errors[0] and "ERROR" in errors[0], second.log()[-3000:]
     assert second.stop(timeout=60) == 0 and first.stop(timeout=60) == 0
+
+
+@pytest.mark.timeout(120)
+def test_a_single_worker_logs_a_metrics_port_it_cannot_bind_as_an_error(workers: Workers) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = int(taken.getsockname()[1])
+        worker = workers.launch(env={"CHATQ_METRICS_PORT": str(port)}).wait_ready(timeout=90)
+    records = [json.loads(line) for line in worker.log().splitlines() if line.startswith("{")]
+    errors = [r for r in records if "cannot serve metrics" in r["message"]]
+    # Before: a traceback from Celery's signal dispatch, before the worker's logging was set up.
+    assert [r["level"] for r in errors] == ["ERROR"], worker.log()[-3000:]
+    assert f"127.0.0.1:{port}" in errors[0]["message"] and "Traceback" not in worker.log()
+    assert worker.alive
