@@ -11,7 +11,6 @@ import argparse
 import base64
 import importlib
 import json
-import logging
 import mimetypes
 import os
 import sys
@@ -248,9 +247,8 @@ def _exec_celery(arguments: list[str]) -> NoReturn:
 def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
     from chatq.settings import get_settings
     from handlers import load_plugins
-    from worker.cli.node_names import claim_node_names
-    from worker.cli.supervisor import Supervisor, child_arguments, default_processes, take_processes
-    from worker.ops.service_metrics import ServiceMetrics
+    from worker.cli.service import run_service
+    from worker.cli.supervisor import default_processes, take_processes
     from worker.schema import require_schema
 
     processes, extra = take_processes(extra)
@@ -280,38 +278,7 @@ def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
         _exec_celery(defaults + extra)
     # One interpreter per core (worker/cli/supervisor.py), each with a node name no other service
     # on this host uses, all serving their metrics on one endpoint.
-    nodes = claim_node_names(defaults + extra, count)
-    if nodes.taken:
-        print(
-            f"chatq worker: {', '.join(nodes.taken)} run in another service on this host; "
-            f"this one runs {', '.join(nodes.names)}",
-            file=sys.stderr,
-        )
-    commands = [_celery_command(child_arguments(defaults + extra, index)) for index in nodes.indexes]
-    metrics = None
-    try:
-        if settings.metrics_port is not None:
-            _log_to_stderr()
-            metrics = ServiceMetrics.start(port=settings.metrics_port, addr=settings.metrics_addr)
-        return Supervisor(
-            commands=commands,
-            env=metrics.child_environment(os.environ) if metrics else None,
-            on_exit=metrics.process_ended if metrics else None,
-        ).run()
-    finally:
-        if metrics is not None:
-            metrics.close()
-        nodes.release()
-
-
-def _log_to_stderr() -> None:
-    """The supervisor's own log lines (its metrics endpoint's), formatted as its workers' are."""
-    from worker.ops.logs import configure_handlers
-
-    root = logging.getLogger()
-    root.addHandler(logging.StreamHandler())
-    root.setLevel(logging.INFO)
-    configure_handlers(root)
+    return run_service(defaults + extra, count, command=_celery_command)
 
 
 def cmd_beat(args: argparse.Namespace, extra: list[str]) -> int:

@@ -19,7 +19,7 @@ supervisor itself dies (`PR_SET_PDEATHSIG`), so no worker outlives its service.
 `--processes 1` runs one Celery worker in this process instead, as before (for an outside
 supervisor: systemd, Kubernetes).
 
-What the children share is set up by `chatq worker` (worker/cli/commands.py) and handed in: their
+What the children share is set up around the supervisor (worker/cli/service.py) and handed in: their
 environment (`env`: the metrics directory of worker/ops/service_metrics.py, whose endpoint serves
 every child) and what to do when one ends (`on_exit`); their node names are free on this host
 (worker/cli/node_names.py).

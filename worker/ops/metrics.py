@@ -5,9 +5,9 @@ A worker serves them on `CHATQ_METRICS_PORT` (off when unset) at `/metrics`, on 
 turns on threads in one process, so plain process-local metrics are exact there (`serve_metrics`).
 `chatq worker` with several processes serves one endpoint for all of them from its supervisor
 (`worker.ops.service_metrics`): its processes run in prometheus_client's multiprocess mode, each
-writing its values to files in one directory, and a scrape sums them (`service_registry`), so every
-metric below keeps its name and labels. A port that cannot be bound is logged as an error; the
-worker runs on without the endpoint.
+writing its values to files in one directory, and a scrape sums them, so every metric below keeps
+its name and labels; each process lists its provider scopes there (`share_scopes`). A port that
+cannot be bound is logged as an error; the worker runs on without the endpoint.
 
 | metric | type | labels | meaning |
 |---|---|---|---|

@@ -4,13 +4,13 @@ The supervisor (worker/cli/supervisor.py) makes a fresh directory for its servic
 Celery process with `PROMETHEUS_MULTIPROC_DIR` naming it and `CHATQ_METRICS_PORT` empty, so no
 process binds the port: prometheus_client, seeing the variable when it is imported, keeps each
 process's values in files there. The supervisor serves the one endpoint on `CHATQ_METRICS_PORT`,
-which sums the files at each scrape (`worker.ops.metrics.service_registry`); when a process ends it
-drops that process's live gauges (`chatq_turns_in_flight`) while its counters keep counting, and
-when the service stops it removes the directory (a service killed with -9 leaves it to the next
-service's start, which removes the directories of supervisors that no longer run).
+which sums the files at each scrape (`service_registry`); when a process ends it drops that
+process's live gauges (`chatq_turns_in_flight`) while its counters keep counting, and when the
+service stops it removes the directory (a service killed with -9 leaves it to the next service's
+start, which removes the directories of supervisors that no longer run).
 
 The provider gauges are read from Redis at scrape time for the scopes (model at base URL) the
-processes sent turns under; each process lists its scopes in the same directory (`share_scopes`).
+processes sent turns under, which each lists in the same directory (`worker.ops.metrics.share_scopes`).
 """
 
 from __future__ import annotations
