@@ -247,6 +247,7 @@ def _exec_celery(arguments: list[str]) -> NoReturn:
 def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
     from chatq.settings import get_settings
     from handlers import load_plugins
+    from worker.cli.node_names import hold_for_exec
     from worker.cli.service import run_service
     from worker.cli.supervisor import default_processes, take_processes
     from worker.schema import require_schema
@@ -275,6 +276,8 @@ def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
     ]
     count = processes if processes is not None else default_processes()
     if count == 1 or asks_help:
+        if not asks_help:
+            hold_for_exec(defaults + extra)  # a second worker under this node name: one line, exit 1
         _exec_celery(defaults + extra)
     # One interpreter per core (worker/cli/supervisor.py), each with a node name no other service
     # on this host uses, all serving their metrics on one endpoint.

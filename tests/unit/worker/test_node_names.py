@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from worker.cli.node_names import claim_node_names, node_name
+from worker.cli.node_names import _kept, claim_node_names, hold_for_exec, node_name
+from worker.errors import CliError
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="names are held on Linux only")
 
@@ -40,3 +41,17 @@ def test_a_second_service_takes_the_next_free_names_until_the_first_releases_the
     again = claim_node_names(arguments, 2)
     again.release()
     assert again.indexes == [1, 2]
+
+
+def test_a_single_worker_holds_its_name_and_a_second_under_it_is_refused() -> None:
+    held = claim_node_names(["--hostname", "unit-single@%h"], 1)
+    try:
+        # The supervised service's first name is `unit-single-1@host`; a single worker's is its own.
+        hold_for_exec(["--hostname", "unit-single@%h"])
+        with pytest.raises(CliError, match=f"unit-single@{socket.gethostname()} already runs on this host"):
+            hold_for_exec(["--hostname", "unit-single@%h"])
+    finally:
+        held.release()
+        for sock in _kept:
+            sock.close()
+        _kept.clear()
