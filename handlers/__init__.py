@@ -104,14 +104,17 @@ def load_plugins() -> None:
 
     A worker imports them at start (celeryconfig); producers (the CLI, batch runs, the gateway)
     import them here, the first time they read the registry. Raises ConfigError for a module that
-    cannot be imported, as the worker would fail to start with it.
+    cannot be imported (missing, or raising as it runs), as the worker would fail to start with it;
+    `chatq worker` calls this before it starts any Celery process.
     """
     with _plugins_lock:
         for module in get_settings().plugins:
             try:
                 importlib.import_module(module)  # a module imported before is not run again
-            except ImportError as exc:
-                raise ConfigError(f"CHATQ_PLUGINS: cannot import {module!r} ({exc}).") from exc
+            except Exception as exc:  # anything its code raises: one line, not a traceback
+                what = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                reason = what if isinstance(exc, ImportError) else f"{type(exc).__name__}: {what}".rstrip(": ")
+                raise ConfigError(f"CHATQ_PLUGINS: cannot import {module!r} ({reason}).") from exc
 
 
 def framework_choices() -> list[tuple[str, str]]:

@@ -23,7 +23,15 @@ from handlers import framework_names
 from models.db import autocommit_scope, session_scope
 from models.knowledge import attach_knowledge_bases
 from models.tables import ChatMessage, ChatSession, Turn, TurnStatus
-from worker.errors import InvalidTurn, NotCancellable, SessionBusy, TurnConflict, TurnExists, TurnNotFound
+from worker.errors import (
+    InvalidTurn,
+    NotCancellable,
+    SessionBusy,
+    SessionNotFound,
+    TurnConflict,
+    TurnExists,
+    TurnNotFound,
+)
 from worker.event_scripts import add_unended
 from worker.events import EventType, TurnEvents, get_redis
 from worker.history import SessionPage, TurnPage
@@ -263,7 +271,9 @@ def _resubmission(request: TurnRequest) -> SubmittedTurn:
         user = db.execute(
             select(ChatMessage.content).where(ChatMessage.turn_id == request.turn_id, ChatMessage.role == "user")
         ).scalar_one_or_none()
-    if existing is None or existing.session_id != request.session_id or user != request.content:
+    if existing is None:  # it was there a moment ago: its session was deleted since
+        raise SessionNotFound(f"session {request.session_id} does not exist")
+    if existing.session_id != request.session_id or user != request.content:
         # One answer whoever owns the turn and whatever differs: naming its session (or saying
         # whether it is in this one) would tell a tenant about another tenant's turn.
         raise TurnConflict(used_turn_id(request.turn_id))

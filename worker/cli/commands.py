@@ -246,7 +246,10 @@ def _exec_celery(arguments: list[str]) -> NoReturn:
 
 def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
     from chatq.settings import get_settings
-    from worker.cli.supervisor import Supervisor, child_arguments, default_processes, take_processes
+    from handlers import load_plugins
+    from worker.cli.node_names import hold_for_exec
+    from worker.cli.service import run_service
+    from worker.cli.supervisor import default_processes, take_processes
     from worker.schema import require_schema
 
     processes, extra = take_processes(extra)
@@ -254,6 +257,9 @@ def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
     asks_help = bool({"-h", "--help"} & set(extra))
     if not asks_help:
         require_schema()  # an unmigrated database: say `chatq db upgrade` now, not in every turn's error
+        # A plugin that cannot be imported fails every Celery process at start (a restart loop of
+        # tracebacks under the supervisor): one line and exit 1 here instead.
+        load_plugins()
     defaults = [
         "worker",
         # Turns wait on the model, not the CPU: threads keep many in flight on few cores.
@@ -270,10 +276,12 @@ def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
     ]
     count = processes if processes is not None else default_processes()
     if count == 1 or asks_help:
+        if not asks_help:
+            hold_for_exec(defaults + extra)  # a second worker under this node name: one line, exit 1
         _exec_celery(defaults + extra)
-    # One interpreter per core (worker/cli/supervisor.py), each with its own node name.
-    commands = [_celery_command(child_arguments(defaults + extra, index)) for index in range(1, count + 1)]
-    return Supervisor(commands=commands).run()
+    # One interpreter per core (worker/cli/supervisor.py), each with a node name no other service
+    # on this host uses, all serving their metrics on one endpoint.
+    return run_service(defaults + extra, count, command=_celery_command)
 
 
 def cmd_beat(args: argparse.Namespace, extra: list[str]) -> int:

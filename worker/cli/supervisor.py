@@ -18,6 +18,11 @@ stops such a child at once, and it held no turn yet. On Linux a child is sent SI
 supervisor itself dies (`PR_SET_PDEATHSIG`), so no worker outlives its service.
 `--processes 1` runs one Celery worker in this process instead, as before (for an outside
 supervisor: systemd, Kubernetes).
+
+What the children share is set up around the supervisor (worker/cli/service.py) and handed in: their
+environment (`env`: the metrics directory of worker/ops/service_metrics.py, whose endpoint serves
+every child) and what to do when one ends (`on_exit`); their node names are free on this host
+(worker/cli/node_names.py).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
@@ -133,6 +138,10 @@ class Supervisor:
 
     commands: list[list[str]]
     """One command per child."""
+    env: Mapping[str, str] | None = None
+    """The children's environment (None: this process's)."""
+    on_exit: Callable[[int], None] | None = None
+    """Called with the pid of each child that ended (the service's metrics drop its live gauges)."""
     children: list[Child] = field(default_factory=list)
     stopping: int = 0
     """Shutdown signals received: 0 running, 1 warm shutdown, 2 or more cold."""
@@ -145,7 +154,9 @@ class Supervisor:
         sys.stderr.flush()
 
     def _start(self, child: Child) -> None:
-        child.process = subprocess.Popen(child.command, preexec_fn=_child_setup)  # noqa: PLW1509 (one thread here)
+        # preexec_fn is safe beside the metrics endpoint's thread: that thread took no lock the
+        # child's setup needs (it imported what it uses before the first child started).
+        child.process = subprocess.Popen(child.command, env=self.env, preexec_fn=_child_setup)  # noqa: PLW1509
         child.started_at = time.monotonic()
         child.starts += 1
         child.due_at = None
@@ -185,6 +196,8 @@ class Supervisor:
                 if status is None:
                     continue
                 pid, child.process = child.process.pid, None
+                if self.on_exit is not None:
+                    self.on_exit(pid)
                 if self.stopping:
                     if status not in (0, -signal.SIGTERM, -signal.SIGINT) and failed is None:
                         failed = status

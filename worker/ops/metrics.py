@@ -1,9 +1,13 @@
 """Prometheus metrics Flower cannot know: turn outcomes, latencies, tokens, retries, the sweeper, queues.
 
 A worker serves them on `CHATQ_METRICS_PORT` (off when unset) at `/metrics`, on 127.0.0.1 unless
-`CHATQ_METRICS_ADDR` says otherwise (the endpoint has no authentication). The worker runs
-turns on threads in one process, so plain process-local metrics are exact; with `--pool prefork`
-each child would count alone, which is one more reason chatq defaults to threads.
+`CHATQ_METRICS_ADDR` says otherwise (the endpoint has no authentication). One Celery worker runs
+turns on threads in one process, so plain process-local metrics are exact there (`serve_metrics`).
+`chatq worker` with several processes serves one endpoint for all of them from its supervisor
+(`worker.ops.service_metrics`): its processes run in prometheus_client's multiprocess mode, each
+writing its values to files in one directory, and a scrape sums them, so every metric below keeps
+its name and labels; each process lists its provider scopes there (`share_scopes`). A port that
+cannot be bound is logged as an error; the worker runs on without the endpoint.
 
 | metric | type | labels | meaning |
 |---|---|---|---|
@@ -12,7 +16,7 @@ each child would count alone, which is one more reason chatq defaults to threads
 | chatq_turn_duration_seconds | histogram | framework | claim to stored reply, per attempt that succeeded |
 | chatq_time_to_first_token_seconds | histogram | framework | claim to the first streamed text |
 | chatq_tokens_total | counter | model, kind | prompt and completion tokens of succeeded turns |
-| chatq_turns_in_flight | gauge | | turns this worker is running now |
+| chatq_turns_in_flight | gauge | | turns this worker (every process of `chatq worker`) is running now |
 | chatq_sweeper_actions_total | counter | action | resent (lost messages) and expired_lease (dead workers) |
 | chatq_messages_set_aside_total | counter | queue | malformed queue items refused and moved to `chatq.dead` |
 | chatq_queue_depth | gauge | queue | messages waiting in Redis per queue, read at scrape time |
@@ -28,17 +32,21 @@ each child would count alone, which is one more reason chatq defaults to threads
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
+from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from worker.runtime import hooks
+from worker.runtime import hooks, limits
 from worker.runtime.retry import RetryCause
 
 log = logging.getLogger(__name__)
@@ -57,7 +65,8 @@ FIRST_TOKEN_SECONDS = Histogram(
     "chatq_time_to_first_token_seconds", "Claim to the first streamed text.", ["framework"], buckets=_LATENCY_BUCKETS
 )
 TOKENS = Counter("chatq_tokens_total", "Tokens of succeeded turns.", ["model", "kind"])
-IN_FLIGHT = Gauge("chatq_turns_in_flight", "Turns this worker is running now.")
+# livesum: under `chatq worker` the processes' values add up, and a process that died counts no more.
+IN_FLIGHT = Gauge("chatq_turns_in_flight", "Turns this worker is running now.", multiprocess_mode="livesum")
 SWEEPER = Counter("chatq_sweeper_actions_total", "Sweeper actions.", ["action"])
 WEBHOOK_ATTEMPTS = Counter(
     "chatq_webhook_attempts_total",
@@ -86,8 +95,12 @@ SLOT_WAIT_SECONDS = Counter(
 class MetricsHooks(hooks.TurnHooks):
     """Keeps the turn metrics above from the runner's lifecycle hooks (`worker.runtime.hooks`)."""
 
+    def before_claim(self, event: hooks.Claiming) -> None:
+        share_scopes()  # scopes an earlier turn was admitted (or held) under
+
     def started(self, event: hooks.Started) -> None:
         IN_FLIGHT.inc()
+        share_scopes()
 
     def ended(self, event: hooks.Ended) -> None:
         IN_FLIGHT.dec()
@@ -140,6 +153,10 @@ class QueueDepthCollector(Collector):
 class ProviderLimitsCollector(Collector):
     """Reads what the fleet allows each recently used model from Redis when Prometheus scrapes."""
 
+    def __init__(self, scopes: Callable[[], Iterable[limits.Scope]] | None = None) -> None:
+        self.scopes = scopes
+        """The scopes to report: this process's (`limits.known_scopes`) unless given."""
+
     def collect(self) -> Iterator[GaugeMetricFamily]:
         names = ("rpm", "tpm", "concurrency", "in_flight")
         families = {
@@ -151,9 +168,7 @@ class ProviderLimitsCollector(Collector):
             for name in names
         }
         try:
-            from worker.runtime import limits
-
-            for scope in limits.known_scopes():
+            for scope in (self.scopes or limits.known_scopes)():
                 now = limits.state(scope)
                 for name, value in zip(names, (now.rpm, now.tpm, now.max_concurrent, now.in_flight), strict=True):
                     families[name].add_metric([scope.model], float(value))
@@ -161,6 +176,11 @@ class ProviderLimitsCollector(Collector):
             log.debug("provider limits unavailable: %s", exc)
         yield from families.values()
 
+
+DIRECTORY_ENV = "PROMETHEUS_MULTIPROC_DIR"
+"""prometheus_client's variable: set, its metrics keep their values in files in that directory."""
+SCOPES_PREFIX = "scopes_"
+"""`scopes_<pid>.json`: the provider scopes one process used (prometheus_client reads only `*.db`)."""
 
 _started: dict[str, Any] = {}
 _lock = threading.Lock()
@@ -171,6 +191,7 @@ def serve_metrics(port: int | None = None, addr: str | None = None) -> int | Non
 
     It has no authentication, so it listens on CHATQ_METRICS_ADDR, 127.0.0.1 unless set: exposing
     it (0.0.0.0 for a Prometheus on another host or container) is the operator's explicit choice.
+    A port that cannot be bound (taken, not permitted) is logged as an error and gives None.
     """
     from chatq.settings import get_settings
 
@@ -187,7 +208,64 @@ def serve_metrics(port: int | None = None, addr: str | None = None) -> int | Non
             REGISTRY.register(collector)
             REGISTRY.register(ProviderLimitsCollector())
             _started["collector"] = collector
-        start_http_server(port, addr=addr)
+        if start_endpoint(port, addr, REGISTRY) is None:
+            return None
         _started.update(pid=os.getpid(), port=port)
-    log.info("metrics on http://%s:%d/metrics", addr, port)
     return port
+
+
+def start_endpoint(port: int, addr: str, registry: CollectorRegistry) -> WSGIServer | None:
+    """Serve `registry` at http://addr:port/metrics on a daemon thread; None (and an ERROR line) if
+    the port cannot be bound."""
+    try:
+        server, _thread = start_http_server(port, addr=addr, registry=registry)
+    except OSError as exc:
+        log.error("cannot serve metrics on %s:%d: %s; running on without them", addr, port, exc)
+        return None
+    log.info("metrics on http://%s:%d/metrics", addr, port)
+    return server
+
+
+def multiprocess_directory() -> Path | None:
+    """The service's directory when this process is one of `chatq worker`'s processes, else None."""
+    value = os.environ.get(DIRECTORY_ENV)
+    return Path(value) if value else None
+
+
+_shared = {"count": 0}
+_share_lock = threading.Lock()
+
+
+def share_scopes() -> None:
+    """In a process of the service: list the provider scopes it used for the supervisor's scrape,
+    when they changed (a new model or base URL is rare; otherwise this is a length comparison)."""
+    directory = multiprocess_directory()
+    if directory is None or len(limits.known_scopes()) == _shared["count"]:
+        return
+    with _share_lock:
+        scopes = limits.known_scopes()
+        if len(scopes) == _shared["count"]:
+            return
+        target = directory / f"{SCOPES_PREFIX}{os.getpid()}.json"
+        partial = target.with_suffix(".part")
+        try:
+            partial.write_text(json.dumps([dataclasses.asdict(scope) for scope in scopes]))
+            partial.replace(target)  # a scrape never reads half a file
+        except OSError as exc:
+            log.warning("could not list this process's provider scopes for the metrics: %s", exc)
+            return
+        _shared["count"] = len(scopes)
+
+
+def shared_scopes(directory: Path) -> list[limits.Scope]:
+    """Every scope the service's processes listed (`share_scopes`), each once."""
+    found: dict[str, limits.Scope] = {}
+    for path in sorted(directory.glob(f"{SCOPES_PREFIX}*.json")):
+        try:
+            entries = json.loads(path.read_text())
+            for entry in entries:
+                scope = limits.Scope(**entry)
+                found.setdefault(scope.key, scope)
+        except (OSError, ValueError, TypeError) as exc:
+            log.debug("skipped the scopes in %s: %s", path, exc)
+    return list(found.values())

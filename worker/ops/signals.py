@@ -12,6 +12,7 @@ from celery.platforms import EX_FAILURE, EX_OK
 from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
+    celeryd_after_setup,
     task_received,
     worker_init,
     worker_process_init,
@@ -41,11 +42,9 @@ def _setup_task_logging(logger: logging.Logger, **_: Any) -> None:
 
 @worker_init.connect
 def _on_worker_init(sender: Any = None, **_: Any) -> None:
-    """Import the agent adapters once at start (the first turn would pay seconds of imports) and
-    start the metrics endpoint if CHATQ_METRICS_PORT is set."""
+    """Import the agent adapters once at start (the first turn would pay seconds of imports)."""
     from handlers import framework_names, load_handler_class
     from worker.events import get_redis
-    from worker.ops.metrics import serve_metrics
     from worker.runtime.bindings import drop_stray_bindings
 
     for framework in framework_names():
@@ -53,12 +52,20 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
             load_handler_class(framework)
         except Exception as exc:  # a broken adapter fails its own turns, not the worker
             log.warning("could not preload the %s handler: %s", framework, exc)
-    serve_metrics()
     try:
         # Before a retry can follow one (the consumer declares the queues themselves).
         drop_stray_bindings(get_redis(), tuple(sender.app.conf.task_queues))
     except Exception as exc:  # Redis may not be up yet; every sweep does it again
         log.warning("could not check the queue bindings: %s", mask_secrets(str(exc)))
+
+
+@celeryd_after_setup.connect
+def _serve_metrics(**_: Any) -> None:
+    """Start the metrics endpoint if CHATQ_METRICS_PORT is set: after logging is set up (not at
+    worker_init), so a port that cannot be bound is an ERROR line in the worker's log."""
+    from worker.ops.metrics import serve_metrics
+
+    serve_metrics()
 
 
 @worker_ready.connect

@@ -22,14 +22,14 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, and_, func, insert, select, update
+from sqlalchemy import Connection, Table, and_, exists, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from chatq.settings import Settings, get_settings
 from handlers.base import AgentMessage, SessionInfo, Usage
 from models.db import autocommit_scope, connection_scope, session_scope
-from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, Turn, TurnStatus
-from worker.errors import InvalidTurn, SessionNotFound, TurnExists
+from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
+from worker.errors import InvalidTurn, SessionDeleted, SessionNotFound, TurnExists
 from worker.payload import TurnRequest, session_conflict
 from worker.runtime import transition_sql as sql
 from worker.runtime.claim_values import Claim, ClaimResult, ClaimStatus, Finished
@@ -347,22 +347,30 @@ def insert_turn(db: Session | Connection, request: TurnRequest, *, queue: str) -
     very insert).
     """
     check_reply_to(db, request.session_id, request.reply_to)
-    row = db.execute(
-        sql.INSERT_TURN,
-        {
-            "session_id": request.session_id,
-            "turn_id": request.turn_id,
-            "queue": queue,
-            "reply_to": request.reply_to,
-            "content": request.content,
-            "images": list(request.images) if request.images else None,
-            "stride": MESSAGE_POSITION_STRIDE,
-        },
-    ).one()
-    if row.position is not None:
-        return int(row.position)
-    if not row.session_exists:
-        raise SessionNotFound(f"session {request.session_id} does not exist")
+    values = {
+        "session_id": request.session_id,
+        "turn_id": request.turn_id,
+        "queue": queue,
+        "reply_to": request.reply_to,
+        "content": request.content,
+        "images": list(request.images) if request.images else None,
+        "stride": MESSAGE_POSITION_STRIDE,
+    }
+    for _ in range(2):
+        row = db.execute(sql.INSERT_TURN, values).one()
+        if row.position is not None:
+            return int(row.position)
+        # Nothing inserted. The statement's snapshot is older than the session row lock it may
+        # have waited for: a session deleted meanwhile still "exists" in it, and the turn id may
+        # have been taken or freed since. A new statement sees what committed (read committed).
+        turn_exists, session_exists = db.execute(
+            select(exists().where(Turn.id == request.turn_id), exists().where(ChatSession.id == request.session_id))
+        ).one()
+        if turn_exists:
+            raise TurnExists(f"turn {request.turn_id} already exists")
+        if not session_exists:
+            raise SessionNotFound(f"session {request.session_id} does not exist")
+        # Neither: a duplicate of this id rolled back (or was deleted) meanwhile; insert again.
     raise TurnExists(f"turn {request.turn_id} already exists")
 
 
@@ -374,6 +382,10 @@ def ensure_turn(request: TurnRequest, *, queue: str) -> bool:
             insert_turn(db, request, queue=queue)
     except TurnExists:
         return False
+    except SessionDeleted:
+        raise
+    except SessionNotFound as exc:  # deleted between the two statements above
+        raise SessionDeleted(f"session {request.session_id} was deleted") from exc
     return True
 
 

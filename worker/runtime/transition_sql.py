@@ -137,8 +137,7 @@ INSERT_TURN = text(
         INSERT INTO chat_messages (session_id, turn_id, position, role, content, images)
         SELECT :session_id, turn.id, turn.position * :stride, 'user', :content, :images FROM turn
     )
-    SELECT (SELECT position FROM turn) AS position,
-           EXISTS (SELECT 1 FROM chat_sessions WHERE id = :session_id) AS session_exists
+    SELECT (SELECT position FROM turn) AS position
     """
 ).bindparams(bindparam("images", type_=JSONB), bindparam("reply_to", type_=BigInteger))
 
