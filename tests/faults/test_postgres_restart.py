@@ -80,9 +80,10 @@ def test_postgres_down_while_the_handler_reads_history_is_not_charged_to_the_age
 
     The store reads the session's history from Postgres after the claim, before the handler runs
     (models.history). If Postgres is gone at that moment (the claim just before it succeeded),
-    that is an infrastructure fault like any other: the delivery should be retried, not counted as a failed model invocation. Two such
-    deliveries must not fail the turn with "The agent failed (OperationalError)." This process runs
-    the deliveries itself (execute_turn, as the task does) against the model stub.
+    that is an infrastructure fault like any other: the delivery should be retried, not counted as
+    a failed model invocation. Two such deliveries must not fail the turn with "The agent failed
+    (OperationalError)." This process runs the deliveries itself (execute_turn, as the task does)
+    against the model stub.
     """
     import models.history
     from worker.runtime.claims import ensure_turn
