@@ -38,7 +38,7 @@ STAGES: list[tuple[str, str, str]] = [
     ("  run_handler", "worker.runtime.runner", "run_handler"),
     ("    get_agent_handler", "handlers", "get_agent_handler"),
     ("    build_turn_input", "handlers.turn_input", "build_turn_input"),
-    ("      build_history", "handlers.turn_input", "build_history"),
+    ("      trim_history (with the store's reads)", "handlers.turn_input", "trim_history"),
     ("  complete_turn", "worker.runtime.claims", "complete_turn"),
     ("  kick_next", "worker.runtime.runner", "kick_next"),
     ("  lease register/unregister", "worker.runtime.leases", "LeaseKeeper.register"),

@@ -1,7 +1,9 @@
 """What turns cost: the record of paid tool calls and the user's price table.
 
-`record_tool_call` stores one paid tool call in `paid_tool_calls`, exactly once: the key is
-(invocation, tool call id). "Once per call" means once per *execution* of a call:
+`record_tool_call` records one paid tool call exactly once, through the recorder the store injected
+on the tool context (`ToolContext.recorder`; chatq's stores it in `paid_tool_calls`,
+`models.turn_store.record_paid_call`): the key is (invocation, tool call id). "Once per call"
+means once per *execution* of a call:
 
 - the same call recorded twice (a retried write, a framework that replays a step) is stored once;
 - a retried turn runs the handler again, and the calls of that new attempt really happen again and
@@ -31,15 +33,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
-
-from sqlalchemy import select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from chatq.errors import ConfigError
 from chatq.settings import ECHO_MODEL, get_settings
-from models.db import session_scope
-from models.tables import PaidToolCall, Turn, TurnStatus
+from handlers.context import current_tool_context
+from handlers.store import PaidCallRecorder, default_store
 
 __all__ = [
     "PRICES_ENV",
@@ -174,17 +172,6 @@ def load_prices(raw: str | None = None) -> PriceTable:
     return _cached(raw, mtime)
 
 
-def _running_turn(db: Any, session_id: uuid.UUID) -> tuple[uuid.UUID | None, int | None]:
-    """The session's running turn and its attempt: turns of a session run one at a time."""
-    row = db.execute(
-        select(Turn.id, Turn.attempts)
-        .where(Turn.session_id == session_id, Turn.status == TurnStatus.RUNNING)
-        .order_by(Turn.position)
-        .limit(1)
-    ).first()
-    return (row.id, int(row.attempts)) if row is not None else (None, None)
-
-
 def record_tool_call(
     *,
     tool_name: str,
@@ -196,35 +183,33 @@ def record_tool_call(
     units: int = 1,
     unit_price: Decimal | float | None = None,
     default_price: Decimal | float = 0,
+    recorder: PaidCallRecorder | None = None,
 ) -> bool:
-    """Store one paid tool call; True if stored now, False if this call was already recorded.
+    """Record one paid tool call; True if stored now, False if this call was already recorded.
 
     `invocation_id` + `tool_call_id` identify the call (see the module docstring). Without
-    `turn_id`, the session's running turn (and its attempt) is taken: a session runs one turn at
-    a time, so that is the turn the call belongs to. `unit_price` defaults to the price table's
-    price for the tool, else `default_price`; the cost is `units * unit_price`.
+    `turn_id`, the store takes the session's running turn (and its attempt): a session runs one
+    turn at a time, so that is the turn the call belongs to. `unit_price` defaults to the price
+    table's price for the tool, else `default_price`; the cost is `units * unit_price`.
+
+    The call goes to `recorder`, else to the current tool context's (`ToolContext.recorder`, which
+    the store injected), else to the default store's. Errors of the store pass through unchanged.
     """
     if units < 0:
         raise ValueError("units must be at least 0")
     price = load_prices().tool_price(tool_name, default_price) if unit_price is None else Decimal(str(unit_price))
-    with session_scope() as db:
-        if turn_id is None and session_id is not None:
-            turn_id, running_attempt = _running_turn(db, session_id)
-            attempt = attempt if attempt is not None else running_attempt
-        stored = db.execute(
-            pg_insert(PaidToolCall)
-            .values(
-                invocation_id=invocation_id,
-                tool_call_id=tool_call_id[:255],
-                tool_name=tool_name[:64],
-                session_id=session_id,
-                turn_id=turn_id,
-                attempt=attempt,
-                units=units,
-                unit_price=price,
-                cost=price * units,
-            )
-            .on_conflict_do_nothing(constraint="uq_paid_tool_calls_invocation_call")
-            .returning(PaidToolCall.id)
-        ).scalar_one_or_none()
-    return stored is not None
+    if recorder is None:
+        context = current_tool_context()
+        recorder = context.recorder if context is not None and context.recorder is not None else None
+    if recorder is None:
+        recorder = default_store().recorder()
+    return recorder(
+        tool_name=tool_name,
+        tool_call_id=tool_call_id,
+        invocation_id=invocation_id,
+        session_id=session_id,
+        turn_id=turn_id,
+        attempt=attempt,
+        units=units,
+        unit_price=price,
+    )

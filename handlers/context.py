@@ -8,6 +8,8 @@ arguments instead of through them:
 - A handler builds one `ToolContext` per invocation (`ToolContext.for_session`) and hands it to
   `run_tool(name, args, context=ctx.for_call(call_id))`, or sets it with `use_tool_context` around
   a framework's own tool execution; `run_tool` finds it through `current_tool_context()`.
+- The store's side travels on it, injected when the invocation starts: the knowledge-base `search`
+  bound to the session and the `recorder` of paid calls (`handlers.store`).
 - Tools read it with `current_tool_context()`; without one (a tool called outside a turn) they
   get None and must cope.
 
@@ -23,7 +25,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from handlers.store import KnowledgeSearch, PaidCallRecorder
 
 __all__ = [
     "Retrieved",
@@ -104,16 +109,34 @@ class ToolContext:
     """The id of the tool call being run (set by `for_call`)."""
     retrieved: Retrieved = field(default_factory=Retrieved)
     """Knowledge-base hits of this invocation, shared by every call's context."""
+    search: KnowledgeSearch | None = None
+    """`search(query, limit)` over `knowledge_bases`, bound to the session by the store (its own
+    tenant's only); None: no search (the `search_knowledge_base` tool refuses)."""
+    recorder: PaidCallRecorder | None = None
+    """Where paid tool calls are recorded (`handlers.accounting`); None: the default store's."""
 
     @classmethod
-    def for_session(cls, session: Any, *, knowledge_bases: Sequence[str] = ()) -> ToolContext:
+    def for_session(
+        cls,
+        session: Any,
+        *,
+        knowledge_bases: Sequence[str] = (),
+        search: KnowledgeSearch | None = None,
+        recorder: PaidCallRecorder | None = None,
+    ) -> ToolContext:
         """A fresh context for one invocation on `session` (anything with an `id`)."""
         raw = getattr(session, "id", None)
         try:
             session_id = raw if isinstance(raw, uuid.UUID) else uuid.UUID(str(raw)) if raw is not None else None
         except ValueError:
             session_id = None
-        return cls(session_id=session_id, knowledge_bases=tuple(knowledge_bases), turn=current_turn())
+        return cls(
+            session_id=session_id,
+            knowledge_bases=tuple(knowledge_bases),
+            turn=current_turn(),
+            search=search,
+            recorder=recorder,
+        )
 
     def for_call(self, tool_call_id: str) -> ToolContext:
         """The same invocation, running the call `tool_call_id`."""

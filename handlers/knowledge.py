@@ -3,8 +3,10 @@
 Framework-neutral (no agent framework imported): adapters turn what these return into their own
 message types.
 
-- `start_invocation(session)`: the `ToolContext` of one invocation, with the session's knowledge
-  bases (one query); an empty tuple means "none attached: do not bind or call the search tool".
+- `start_invocation(session, store)`: the `ToolContext` of one invocation, with the session's
+  knowledge bases (from the store, unless the worker's claim already read them), the store's search
+  bound to them and its recorder of paid calls; an empty tuple of knowledge bases means "none
+  attached: do not bind or call the search tool".
 - `retrieval_step(context, question)`: the first step of every question when knowledge bases are
   attached: a `search_knowledge_base` call with the user's message as the query, run (and, being a
   paid tool, recorded) like any tool call. Adapters add it to the conversation as an assistant
@@ -17,14 +19,15 @@ message types.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import uuid
 from typing import Any
 
 from handlers.context import ToolContext
 from handlers.knowledge_search import NO_KNOWLEDGE_BASE, format_hits, search_tool
+from handlers.store import TurnStore
 from handlers.tools import KNOWLEDGE_BASE_TOOL, run_tool
-from models.knowledge import session_knowledge_bases
 from models.search import MAX_QUERY_CHARS
 
 __all__ = [
@@ -41,14 +44,19 @@ MAX_CITATIONS = 10
 NO_QUESTION = "The message has no text to search the knowledge base for."
 
 
-def start_invocation(session: Any) -> ToolContext:
-    """A fresh `ToolContext` for one invocation on `session`, with its attached knowledge bases.
+def start_invocation(session: Any, store: TurnStore) -> ToolContext:
+    """A fresh `ToolContext` for one invocation on `session`, its knowledge bases, search and recorder.
 
-    A worker's claim already read them (`SessionInfo.knowledge_bases`); anything else is looked up.
+    A worker's claim already read the knowledge bases (`SessionInfo.knowledge_bases`); else the
+    store is asked. Errors of the store pass through unchanged.
     """
+    context = ToolContext.for_session(session, recorder=store.recorder())
+    if context.session_id is None:
+        return context
     known = getattr(session, "knowledge_bases", None)
-    names = known if known is not None else session_knowledge_bases(session.id)
-    return ToolContext.for_session(session, knowledge_bases=names)
+    names = tuple(known if known is not None else store.knowledge_bases(context.session_id))
+    search = store.searcher(context.session_id, names) if names else None
+    return dataclasses.replace(context, knowledge_bases=names, search=search)
 
 
 def retrieval_step(context: ToolContext, question: str) -> tuple[dict[str, Any], str]:

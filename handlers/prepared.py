@@ -39,8 +39,9 @@ class PreparedTurnHandler(BaseAgentHandler):
         """
 
     def prepare(self, user_message: str, images: Sequence[str] | None = None, reply_to: int | None = None) -> TurnInput:
-        """The input of one invocation on this handler's session (what the worker builds before `stream_turn`)."""
-        # Imported on first use: preparing reads Postgres, which `import handlers` must not need.
+        """The input of one invocation on this handler's session (what the worker builds before `stream_turn`),
+        from the default store (`handlers.store`); the worker hands in its own."""
+        # Imported on first use: `import handlers` must not need the store.
         from handlers.turn_input import build_turn_input
 
         return build_turn_input(

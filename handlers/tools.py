@@ -176,6 +176,7 @@ def _record_paid_call(tool: Tool, ctx: ToolContext) -> bool:
             turn_id=turn.turn_id if turn is not None else None,
             attempt=turn.attempt if turn is not None else None,
             default_price=tool.price,
+            recorder=ctx.recorder,
         )
     except Exception as exc:
         # The detail (database or price table) is for operators, not for the model or the stored turn.

@@ -1,10 +1,11 @@
 """One turn's input, prepared once for every framework: what an adapter's `stream_turn(turn)` receives.
 
-The recipe every adapter used to repeat (deadline, tools, history from Postgres, system prompt,
-knowledge-base search, citations) lives here, so the adapters only run their agent. The worker
-builds the input with `build_turn_input` just before it calls `stream`; `BaseAgentHandler.invoke`
-and `astream` build it the same way. No agent framework is imported here (the ruff ban of
-handlers/ruff.toml applies).
+The recipe every adapter used to repeat (deadline, tools, history, system prompt, knowledge-base
+search, citations) lives here, so the adapters only run their agent. The worker builds the input
+with `build_turn_input` just before it calls `stream`, handing in its store (`handlers.store`):
+the history rows, the knowledge bases, their search and the paid-call recorder come from there;
+`BaseAgentHandler.invoke` and `astream` build it the same way on the default store. No agent
+framework is imported here, nor the database (the ruff bans of handlers/ruff.toml apply).
 """
 
 from __future__ import annotations
@@ -15,19 +16,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError
-
 from chatq.errors import ConfigError
 from chatq.settings import get_settings, mask_secrets
 from handlers.context import ToolContext
 from handlers.deadline import Deadline
 from handlers.errors import AgentInvocationError, HandlerError
-from handlers.history import build_history
+from handlers.history import History, trim_history
 from handlers.images import UserContent, model_accepts_images, user_content
 from handlers.knowledge import choose_citations, retrieval_step, start_invocation
 from handlers.messages import AgentMessage, AgentSession, StreamEvent, StreamEventKind, ToolCall, Usage
 from handlers.prompts import build_system_prompt
+from handlers.store import TurnStore, default_store
 from handlers.tools import session_tool_names
+from models.errors import NotAUserMessage
 
 __all__ = ["Retrieval", "TurnInput", "build_turn_input"]
 
@@ -132,20 +133,27 @@ def build_turn_input(
     images: Sequence[str] | None = None,
     reply_to: int | None = None,
     calls_tools: bool = True,
+    store: TurnStore | None = None,
 ) -> TurnInput:
     """Prepare one invocation on `session`: deadline, tools, history, system prompt, first search.
 
     `calls_tools` is the adapter's `BaseAgentHandler.calls_tools`: False binds no tools and puts a
     knowledge-base search at the end of the system prompt instead of into the conversation.
+    `store` (default: `handlers.store.default_store()`) hands in the session's data.
 
     Fails as an adapter would: a HandlerError (an unknown tool, a `reply_to` of another session) as
-    is; a database or configuration error unchanged (the worker retries the delivery, or fails the
-    turn); anything else as AgentInvocationError.
+    is; an error of the store or of the configuration unchanged (the worker classifies it: retries
+    the delivery, or fails the turn); anything else as AgentInvocationError.
     """
     deadline = Deadline(get_settings().turn_timeout)
+    store = default_store() if store is None else store
+    # The store's reads come first and outside the net below: their errors are the worker's to judge.
+    # History before any search: a `reply_to` of another session fails before a paid search is made.
+    tool_context = start_invocation(session, store)
+    history = _history(store, tool_context, session, reply_to, user_message)
     try:
-        return _build(session, user_message, images, reply_to, calls_tools, deadline)
-    except (HandlerError, DBAPIError, ConfigError):
+        return _build(session, user_message, images, reply_to, calls_tools, deadline, tool_context, history)
+    except (HandlerError, ConfigError):
         raise
     except Exception as exc:
         logger.warning(
@@ -158,6 +166,17 @@ def build_turn_input(
         raise AgentInvocationError(f"The agent failed ({type(exc).__name__}).") from exc
 
 
+def _history(store: TurnStore, context: ToolContext, session: AgentSession, reply_to: int | None, text: str) -> History:
+    """The session's history rows from the store, cut to the budget (`handlers.history.trim_history`)."""
+    if context.session_id is None:
+        raise HandlerError(f"session id {session.id!r} is not a UUID")
+    try:
+        with store.history(context.session_id, reply_to) as pages:
+            return trim_history(pages, text)
+    except NotAUserMessage as exc:
+        raise HandlerError(exc.message) from None
+
+
 def _build(
     session: AgentSession,
     text: str,
@@ -165,13 +184,12 @@ def _build(
     reply_to: int | None,
     calls_tools: bool,
     deadline: Deadline,
+    tool_context: ToolContext,
+    history: History,
 ) -> TurnInput:
     model = get_settings().session_model(session.model)
-    tool_context = start_invocation(session)
     knowledge_bases = tool_context.knowledge_bases
     tools = session_tool_names((session.metadata_ or {}).get("tools"), knowledge_bases) if calls_tools else ()
-    # History first: a `reply_to` of another session fails before a paid search is made.
-    history = build_history(session, reply_to, text)
     retrieval: Retrieval | None = None
     if knowledge_bases:
         # The first step of every question is a search with the user's message.

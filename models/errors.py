@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from chatq.errors import ChatqError
 
-__all__ = ["DocumentError", "KnowledgeBaseError", "KnowledgeBaseExists", "KnowledgeBaseNotFound", "ModelsError"]
+__all__ = [
+    "DocumentError",
+    "KnowledgeBaseError",
+    "KnowledgeBaseExists",
+    "KnowledgeBaseNotFound",
+    "ModelsError",
+    "NotAUserMessage",
+]
 
 
 class ModelsError(ChatqError):
@@ -29,3 +36,7 @@ class KnowledgeBaseExists(KnowledgeBaseError):
 
 class DocumentError(KnowledgeBaseError):
     """The document cannot be added."""
+
+
+class NotAUserMessage(ModelsError):
+    """reply_to is not a user message of this session."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 
 import openai
-from sqlalchemy.exc import DBAPIError
 
 from chatq.errors import ConfigError
 from chatq.settings import mask_secrets
@@ -31,13 +30,14 @@ logger = logging.getLogger(__name__)
 def invocation_error(exc: BaseException, *, timeout: float) -> AgentInvocationError:
     """The AgentInvocationError to raise for `exc` (returned as is when it already is one).
 
-    Database errors (reading history while Postgres restarts) are not the agent's failure and must
-    not use up an attempt: they are re-raised unchanged, for the worker to retry the delivery. A
-    ConfigError (a model without the key it needs) is re-raised too: a retry would fail the same way.
+    A ConfigError (a model without the key it needs) is re-raised unchanged: a retry would fail the
+    same way. No database error reaches an adapter: the store's reads happen before it runs
+    (`build_turn_input`), and its search and recorder run inside `run_tool`, which turns a failure
+    into the tool's "Error: ..." output.
     """
     if isinstance(exc, AgentInvocationError):
         return exc
-    if isinstance(exc, DBAPIError | ConfigError):
+    if isinstance(exc, ConfigError):
         raise exc
     signal = current_abort()
     if signal is not None and signal.aborted:

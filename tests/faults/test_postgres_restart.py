@@ -78,13 +78,14 @@ def test_postgres_down_while_the_handler_reads_history_is_not_charged_to_the_age
 ) -> None:
     """SPEC: infrastructure faults (Postgres restarting) never lose a turn.
 
-    The handler reads the session's history from Postgres after the claim. If Postgres is gone at
-    that moment (the claim just before it succeeded), that is an infrastructure fault like any
-    other: the delivery should be retried, not counted as a failed model invocation. Two such
-    deliveries must not fail the turn with "The agent failed (OperationalError)." This process runs
-    the deliveries itself (execute_turn, as the task does) against the model stub.
+    The store reads the session's history from Postgres after the claim, before the handler runs
+    (models.history). If Postgres is gone at that moment (the claim just before it succeeded),
+    that is an infrastructure fault like any other: the delivery should be retried, not counted as
+    a failed model invocation. Two such deliveries must not fail the turn with "The agent failed
+    (OperationalError)." This process runs the deliveries itself (execute_turn, as the task does)
+    against the model stub.
     """
-    import handlers.history
+    import models.history
     from worker.runtime.claims import ensure_turn
     from worker.runtime.runner import execute_turn
     from worker.runtime.tasks import INFRASTRUCTURE_ERRORS
@@ -109,7 +110,7 @@ def test_postgres_down_while_the_handler_reads_history_is_not_charged_to_the_age
             )
 
     with monkeypatch.context() as patch:
-        patch.setattr(handlers.history, "autocommit_scope", _database_down)
+        patch.setattr(models.history, "autocommit_scope", _database_down)
         deliver()
         deliver()
     deliver()  # Postgres is back

@@ -8,7 +8,8 @@ Two frameworks, registered when chatq imports this module as it imports any CHAT
   tool call (started, finished), then one final event.
 
 Neither calls a model, nor receives anything chatq prepared: they get the message as sent and
-read the history themselves with `handlers.history.build_history(session, reply_to, prompt)`.
+read the history themselves: the store's rows (`models.history.session_history(session, reply_to)`)
+cut to the budget by `handlers.history.trim_history(pages, prompt)`.
 The reply says what they received, so a test can tell that it reached them. Directives in the
 message: `[fail]` raises AgentInvocationError (after the first word when streaming), `[crash]`
 raises RuntimeError, `[sleep: S]` blocks S seconds first.
@@ -22,8 +23,9 @@ from collections.abc import AsyncGenerator, Iterator, Sequence
 
 from handlers import register_framework
 from handlers.base import AgentInvocationError, AgentMessage, BaseAgentHandler, StreamEvent
-from handlers.history import build_history
+from handlers.history import trim_history
 from handlers.tokens import count_tokens
+from models.history import session_history
 
 INVOKE_FRAMEWORK = "ported_invoke"
 STREAM_FRAMEWORK = "ported_stream"
@@ -35,7 +37,8 @@ _SLEEP = re.compile(r"\[sleep:\s*([0-9.]+)\]")
 
 def answer(session: object, user_message: str, images: Sequence[str] | None, reply_to: int | None) -> str:
     """The reply: what the handler received, and how much history it found before `reply_to`."""
-    history = build_history(session, reply_to, user_message)
+    with session_history(session, reply_to) as pages:
+        history = trim_history(pages, user_message)
     framework = getattr(session, "agent_framework", "?")
     return (
         f"{user_message} | {framework} | history {len(history.messages)} | "

@@ -215,3 +215,34 @@ def test_only_chatq_shortcuts_imports_other_libraries_private_modules() -> None:
     assert found == set()
     shortcuts = _modules()["chatq.shortcuts.openai_client"]
     assert "openai._base_client" in set(_private_imports(ast.parse(shortcuts.read_text())))
+
+
+# handlers/ gets its data handed in (handlers/store.py): no module of it, adapters included, talks to
+# the database. handlers/ruff.toml bans the same imports at lint time, except in the adapter folders,
+# which lift TID251 for their frameworks; this test holds them too.
+DATABASE_MODULES = ("sqlalchemy", "models.db")
+
+
+def _database_imports(tree: ast.AST) -> Iterator[str]:
+    for node in _imports(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            base = node.module or ""
+            names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        for name in names:
+            if any(name == banned or name.startswith(f"{banned}.") for banned in DATABASE_MODULES):
+                yield name
+
+
+def test_handlers_import_neither_sqlalchemy_nor_models_db() -> None:
+    found = sorted(
+        f"{name} -> {target}"
+        for name, path in _modules().items()
+        if name.split(".")[0] == "handlers"
+        for target in set(_database_imports(ast.parse(path.read_text(), filename=str(path))))
+    )
+    assert found == []
+    # The check sees each form of import, lazy ones too.
+    probe = "import sqlalchemy.orm\ndef f():\n    from models import db\n    from models.db import session_scope\n"
+    assert set(_database_imports(ast.parse(probe))) == {"sqlalchemy.orm", "models.db", "models.db.session_scope"}

@@ -88,9 +88,17 @@ def _source(
     """How to start the handler's event stream: prepared here for an adapter, as sent for a plain handler."""
     if isinstance(handler, PreparedTurnHandler):
         from handlers.turn_input import build_turn_input
+        from models.turn_store import PostgresTurnStore
 
+        # The store hands the turn its data (history rows, knowledge bases, their search, the paid-call
+        # recorder); a database error raised from it comes back here unchanged for the runner to classify.
         turn = build_turn_input(
-            claim.session, claim.content, images=claim.images, reply_to=claim.reply_to, calls_tools=handler.calls_tools
+            claim.session,
+            claim.content,
+            images=claim.images,
+            reply_to=claim.reply_to,
+            calls_tools=handler.calls_tools,
+            store=PostgresTurnStore(),
         )
         return lambda: handler.stream_turn(turn)
     images = list(claim.images) if claim.images else None

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from sqlalchemy import event, update
 
-from handlers.errors import HandlerError
-from handlers.history import History, build_history
+from handlers.history import History, trim_history
 from handlers.tokens import count_message_tokens, count_tokens
 from models.db import get_engine, session_scope
+from models.errors import NotAUserMessage
+from models.history import session_history
 from models.tables import Turn, TurnStatus
 from tests.support.factories import (
     Msg,
@@ -32,8 +33,16 @@ KEYS = {"role", "content", "tool_calls", "tool_call_id"}
 
 
 def ref(session_id: uuid.UUID) -> SimpleNamespace:
-    """What build_history needs of a session: its id."""
+    """What session_history needs of a session: its id."""
     return SimpleNamespace(id=session_id)
+
+
+def build_history(
+    session: Any, reply_to: int | None = None, prompt: str = "", *, budget_tokens: int | None = None
+) -> History:
+    """The store's rows (models.history) cut by the pure trimming (handlers.history), as a plain handler does."""
+    with session_history(session, reply_to) as pages:
+        return trim_history(pages, prompt, budget_tokens=budget_tokens)
 
 
 def as_dicts(messages: Sequence[Msg]) -> list[dict[str, Any]]:
@@ -272,7 +281,7 @@ def test_reply_to_must_be_a_user_message_of_this_session() -> None:
         2**62: "no such message in it",
     }
     for reply_to, detail in cases.items():
-        with pytest.raises(HandlerError) as info:
+        with pytest.raises(NotAUserMessage) as info:
             build_history(ref(sid), reply_to=reply_to)
         message = str(info.value)
         assert f"reply_to {reply_to} is not a user message of this session" in message
@@ -284,7 +293,7 @@ def test_session_ids_may_be_strings_but_must_be_uuids() -> None:
     sid = create_session()
     add_turn(sid, exchange(0))
     assert len(build_history(SimpleNamespace(id=str(sid))).messages) == 2
-    with pytest.raises(HandlerError, match="is not a UUID"):
+    with pytest.raises(ValueError, match="is not a UUID"):
         build_history(SimpleNamespace(id="not-a-uuid"))
 
 

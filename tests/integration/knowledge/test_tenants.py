@@ -30,6 +30,7 @@ from models.knowledge import (
 )
 from models.search import search
 from models.tables import KnowledgeBase, SessionKnowledgeBase
+from models.turn_store import PostgresTurnStore
 from tests.support.cli import chatq
 from tests.support.env import environ
 from tests.support.fixtures import STUB_API_KEY
@@ -121,7 +122,8 @@ def test_an_attachment_to_another_tenants_knowledge_base_is_never_read(acme_kb: 
     assert session_knowledge_bases(theirs) == []
     assert get_session(theirs, tenant=globex)["knowledge_bases"] == []
     # A tool context naming it (a worker's claim from before a move) still reads nothing of it.
-    context = ToolContext(session_id=theirs, knowledge_bases=(acme_kb,))
+    names = (acme_kb,)
+    context = ToolContext(session_id=theirs, knowledge_bases=names, search=PostgresTurnStore().searcher(theirs, names))
     with use_tool_context(context), pytest.raises(KnowledgeBaseNotFound):
         search_tool("refunds")
     assert context.retrieved.hits() == []
