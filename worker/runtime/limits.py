@@ -7,12 +7,20 @@ Per model (at its base URL) one hash holds the state every worker shares:
 - **a concurrency semaphore** with leases: a sorted set of the turns holding a slot, scored by
   when the slot lapses, so a killed worker's slots come back by themselves;
 - **the adaptive limit** (`a_rpm`, `a_tpm`, `a_conc`): without configuration nothing is paced
-  until the service answers 429; then the rate drops multiplicatively (to 95% of the limit the
-  service reports in `x-ratelimit-limit-*`, else by `BETA`), and each success raises it a little
-  (additive increase), capped at what the service reported;
+  until the service answers 429; then the rate goes to 95% of the limit the service reports in
+  `x-ratelimit-limit-*` (read per minute, as OpenAI means it), or without one drops by `BETA`
+  from the rate the fleet really sent; each success raises it a little (additive increase),
+  capped at what the service reported;
+- **the hold** (`hold`): a 429 says when the service takes requests again (`Retry-After`, the
+  reset of a spent window), and every sender waits until then instead of trickling into a spent
+  window. Nothing is lowered from a refusal of a request sent before the hold, nor from a rate
+  measured over time the fleet spent holding back (the collapse against a windowed provider);
 - **the waiting line**: a turn that cannot go is told when to come back, and batch turns are
   spaced one interval apart (`b_next`), so a backlog of thousands comes back at the rate it can
   run instead of polling; a waiting interactive turn holds every batch turn back until it ran.
+  Interactive turns waiting for a concurrency slot are told when the slot their place in line
+  gets should free (from when the holders started and how long a request takes), so each comes
+  back about once instead of once a second.
 
 The clock is Redis's (`TIME`), shared by every host. No Celery here; `worker.runtime.provider`
 decides what a turn does with an answer.
@@ -65,9 +73,9 @@ _ACQUIRE = (
     _PRELUDE
     + """
 local H, S, W, R = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local member, interactive = ARGV[1], ARGV[2] == '1'
-local f = redis.call('HMGET', H, 'r_tat', 't_tat', 'b_next', 'a_rpm', 'a_tpm', 'a_conc', 'avg_ms', 'est')
-local r_tat, t_tat, b_next = n(f[1], 0), n(f[2], 0), n(f[3], 0)
+local member, interactive, lease = ARGV[1], ARGV[2] == '1', tonumber(ARGV[7])
+local f = redis.call('HMGET', H, 'r_tat', 't_tat', 'b_next', 'a_rpm', 'a_tpm', 'a_conc', 'avg_ms', 'est', 'hold')
+local r_tat, t_tat, b_next, hold = n(f[1], 0), n(f[2], 0), n(f[3], 0), n(f[9], 0)
 local rpm, tpm = eff(tonumber(ARGV[3]), n(f[4], 0)), eff(tonumber(ARGV[4]), n(f[5], 0))
 local conc = eff(tonumber(ARGV[5]), n(f[6], 0))
 if conc > 0 then conc = math.max(1, math.floor(conc)) end
@@ -75,7 +83,13 @@ local avg, est, burst = n(f[7], 1000), math.floor(n(f[8], tonumber(ARGV[6]))), t
 redis.call('ZREM', S, member)
 redis.call('ZREMRANGEBYSCORE', S, '-inf', now)
 redis.call('ZREMRANGEBYSCORE', W, '-inf', now)
-if interactive then redis.call('ZREM', W, member) end
+-- An interactive turn asking again keeps its place among the interactive turns waiting.
+local ahead = 0
+if interactive then
+  local mine = redis.call('ZSCORE', W, member)
+  redis.call('ZREM', W, member)
+  if mine then ahead = redis.call('ZCOUNT', W, '-inf', '(' .. mine) else ahead = redis.call('ZCARD', W) end
+end
 local wait, reason, step = 0, '', 1
 local held = redis.call('ZCARD', S)
 if conc > 0 and held >= conc then wait, reason, step = avg / conc, 'concurrency', avg / conc end
@@ -94,15 +108,37 @@ if tpm > 0 then
   if w > wait then wait, reason = w, 'tpm' end
   step = math.max(step, cost)
 end
+-- The service said when it takes requests again (a 429's Retry-After): every sender waits for it.
+if hold - now > wait then wait, reason = hold - now, 'rate_limited' end
 if wait <= 0 and not interactive then
   local first = redis.call('ZRANGE', W, 0, 0, 'WITHSCORES')
   if first[2] then wait, reason = math.max(tonumber(first[2]) - 2000 - now, 0) + step, 'interactive' end
 end
 if wait > 0 then
   if interactive then
-    redis.call('ZADD', W, now + wait + 2000, member)
+    local back = now + wait
+    if reason == 'concurrency' then
+      -- When the slot of the turn `ahead` places down the line frees: the holders end about `avg`
+      -- after they started (a slot's score is its start + lease), each waiter ahead runs as long.
+      local ends, soon = {}, now + math.max(100, math.min(avg / conc, 1000))
+      local slots = redis.call('ZRANGE', S, 0, -1, 'WITHSCORES')
+      for i = 2, #slots, 2 do ends[#ends + 1] = math.max(tonumber(slots[i]) - lease + avg, soon) end
+      table.sort(ends)
+      local count, start = #ends, now
+      for _ = 0, math.min(ahead, 200) do
+        while count >= conc and #ends > 0 do start = table.remove(ends, 1); count = count - 1 end
+        count = count + 1
+        local fin, at = start + avg, #ends + 1
+        for i, e in ipairs(ends) do if e > fin then at = i; break end end
+        table.insert(ends, at, fin)
+      end
+      back = math.max(back, start + math.max(ahead - 200, 0) * step)
+    else
+      back = back + ahead * step
+    end
+    redis.call('ZADD', W, back + 2000, member)
     redis.call('PEXPIRE', W, 86400000)
-    return {0, math.ceil(wait), reason, held, est}
+    return {0, math.ceil(back - now), reason, held, est}
   end
   local back = math.max(now + wait, b_next)
   redis.call('HSET', H, 'b_next', back + step)
@@ -111,7 +147,7 @@ if wait > 0 then
 end
 if rpm > 0 then redis.call('HSET', H, 'r_tat', r_new) end
 if tpm > 0 then redis.call('HSET', H, 't_tat', t_new) end
-redis.call('ZADD', S, now + tonumber(ARGV[7]), member)
+redis.call('ZADD', S, now + lease, member)
 redis.call('ZADD', R, now, member .. ':' .. now)
 redis.call('ZREMRANGEBYSCORE', R, '-inf', now - 10000)
 for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, 86400000) end
@@ -153,38 +189,58 @@ return 1
 """
 )
 
-# KEYS: hash, slots, sent log. ARGV: kind (rate_limited|overloaded), limit rpm, limit tpm, beta.
+# KEYS: hash, slots, sent log. ARGV: kind (rate_limited|overloaded), limit rpm, limit tpm, beta, wait ms.
 _THROTTLED = (
     _PRELUDE
     + """
 local H, S, R = KEYS[1], KEYS[2], KEYS[3]
-local f = redis.call('HMGET', H, 'a_rpm', 'a_tpm', 'a_conc', 'last_dec', 'avg_ms')
-local a_rpm, a_tpm, a_conc, avg = n(f[1], 0), n(f[2], 0), n(f[3], 0), n(f[5], 1000)
-if now - n(f[4], 0) < math.max(1000, avg) then return {a_rpm, a_tpm, a_conc} end
+local f = redis.call('HMGET', H, 'a_rpm', 'a_tpm', 'a_conc', 'last_dec', 'avg_ms', 'hold')
+local a_rpm, a_tpm, a_conc, avg, hold = n(f[1], 0), n(f[2], 0), n(f[3], 0), n(f[5], 1000), n(f[6], 0)
 local kind, l_rpm, l_tpm, beta = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local sent = redis.call('ZCOUNT', R, now - 10000, '+inf')
-local measured = sent * 6
+local wait = tonumber(ARGV[5])
+redis.call('PEXPIRE', H, 86400000)
+-- The limits the service names are its own: the fleet goes to 95% of them, and a 429 that names
+-- them says the service's budget is spent until its reset, not that the fleet's rate is too high.
+local set_rpm, set_tpm = false, false
+if l_rpm > 0 then
+  redis.call('HSET', H, 'ceil_rpm', l_rpm)
+  if a_rpm == 0 or a_rpm > 0.95 * l_rpm then a_rpm, set_rpm = 0.95 * l_rpm, true end
+  redis.call('HSET', H, 'a_rpm', a_rpm)
+end
+if l_tpm > 0 then
+  redis.call('HSET', H, 'ceil_tpm', l_tpm)
+  if a_tpm == 0 or a_tpm > 0.95 * l_tpm then a_tpm, set_tpm = 0.95 * l_tpm, true end
+  redis.call('HSET', H, 'a_tpm', a_tpm)
+end
+-- Every sender waits until the service takes requests again (a hold only ever grows).
+local paused = now < hold
+if kind == 'rate_limited' and wait > 0 and now + wait > hold then redis.call('HSET', H, 'hold', now + wait) end
+-- Lower nothing from a refusal of a request that left before the fleet was held, nor from a rate
+-- measured over time the fleet spent holding back: what it sent then is its own doing.
+local since = math.max(now - 10000, math.min(hold, now))
+if paused or now - since < 5000 then return {a_rpm, a_tpm, a_conc} end
+if now - n(f[4], 0) < math.max(1000, avg) then return {a_rpm, a_tpm, a_conc} end
+local sent = redis.call('ZCOUNT', R, since, '+inf')
+local measured = sent * 60000 / (now - since)
 local held = redis.call('ZCARD', S)
 -- A refusal at a trickle says nothing about the fleet's rate (the key may be busy elsewhere):
 -- the turn waits out Retry-After, and the limits stay as they are.
-if sent < 5 and l_rpm == 0 and l_tpm == 0 then return {a_rpm, a_tpm, a_conc} end
+if sent < 5 then return {a_rpm, a_tpm, a_conc} end
+local named = l_rpm > 0 or l_tpm > 0
 if kind == 'rate_limited' then
-  local base = measured
-  if a_rpm > 0 then base = math.min(a_rpm, math.max(measured, 1)) end
-  local new = math.max(1, beta * base)
-  if l_rpm > 0 then
-    redis.call('HSET', H, 'ceil_rpm', l_rpm)
-    if a_rpm == 0 or a_rpm > 0.95 * l_rpm then new = 0.95 * l_rpm end
+  -- Refused again at (or below) a named limit, or with none named: 15% below what was really sent.
+  if not set_rpm and (l_rpm > 0 or not named) then
+    local base = measured
+    if a_rpm > 0 then base = math.min(a_rpm, math.max(measured, 1)) end
+    a_rpm = math.max(1, beta * base)
+    redis.call('HSET', H, 'a_rpm', a_rpm)
   end
-  a_rpm = new
-  redis.call('HSET', H, 'a_rpm', a_rpm)
-  if l_tpm > 0 then
-    redis.call('HSET', H, 'ceil_tpm', l_tpm)
-    if a_tpm == 0 or a_tpm > 0.95 * l_tpm then a_tpm = 0.95 * l_tpm else a_tpm = math.max(100, beta * a_tpm) end
+  if l_tpm > 0 and not set_tpm then
+    a_tpm = math.max(100, beta * a_tpm)
     redis.call('HSET', H, 'a_tpm', a_tpm)
   end
 end
-if kind == 'overloaded' or (kind == 'rate_limited' and l_rpm == 0 and l_tpm == 0) then
+if kind == 'overloaded' or (kind == 'rate_limited' and not named) then
   local base = held
   if a_conc > 0 then base = math.min(a_conc, math.max(held, 1)) end
   local floor = 1
@@ -193,7 +249,6 @@ if kind == 'overloaded' or (kind == 'rate_limited' and l_rpm == 0 and l_tpm == 0
   redis.call('HSET', H, 'a_conc', a_conc)
 end
 redis.call('HSET', H, 'last_dec', now)
-redis.call('PEXPIRE', H, 86400000)
 return {a_rpm, a_tpm, a_conc}
 """
 )
@@ -229,7 +284,8 @@ class Grant:
     wait: float
     """When not granted: seconds until the turn should ask again."""
     reason: str
-    """When not granted: `concurrency`, `rpm`, `tpm` or `interactive` (an interactive turn goes first)."""
+    """When not granted: `concurrency`, `rpm`, `tpm`, `interactive` (an interactive turn goes first) or
+    `rate_limited` (the fleet waits out the service's last 429)."""
     in_flight: int
     """Slots held in the scope (this one included when granted)."""
     estimate: int
@@ -304,11 +360,20 @@ def release(scope: Scope, member: str, *, succeeded: bool, seconds: float, estim
     )
 
 
-def throttled(scope: Scope, *, kind: str, limit_requests: float | None, limit_tokens: float | None) -> LimitState:
-    """The service refused a request (`rate_limited` or `overloaded`): lower the adaptive limits."""
+def throttled(
+    scope: Scope,
+    *,
+    kind: str,
+    limit_requests: float | None,
+    limit_tokens: float | None,
+    retry_after: float | None = None,
+) -> LimitState:
+    """The service refused a request (`rate_limited` or `overloaded`): adapt the limits; a 429's
+    `retry_after` (seconds) holds every sender of the scope back until then."""
     hash_key, slots, _, sent = scope.keys()
+    wait_ms = int(max(retry_after or 0.0, 0.0) * 1000)
     a_rpm, a_tpm, a_conc = _script("throttled", _THROTTLED)(
-        keys=[hash_key, slots, sent], args=[kind, limit_requests or 0, limit_tokens or 0, BETA]
+        keys=[hash_key, slots, sent], args=[kind, limit_requests or 0, limit_tokens or 0, BETA, wait_ms]
     )
     return LimitState(
         rpm=_effective(scope.rpm, float(a_rpm)),

@@ -164,7 +164,13 @@ def on_busy(claim: claims.Claim, events: TurnEvents, exc: ProviderBusy) -> Retry
     metrics.PROVIDER_REFUSALS.labels(model, str(exc.status or exc.reason)).inc()
     if scope is not None and exc.reason in ("rate_limited", "overloaded"):
         try:
-            limits.throttled(scope, kind=exc.reason, limit_requests=exc.limit_requests, limit_tokens=exc.limit_tokens)
+            limits.throttled(
+                scope,
+                kind=exc.reason,
+                limit_requests=exc.limit_requests,
+                limit_tokens=exc.limit_tokens,
+                retry_after=exc.retry_after,
+            )
         except Exception as error:  # adapting is best effort; the wait below still happens
             log.warning("turn %s: could not lower the model's limits: %s", claim.turn_id, mask_secrets(str(error)))
     refusals, busy_for = _count_refusal(claim)
