@@ -122,13 +122,14 @@ if wait > 0 then
       -- after they started (a slot's score is its start + lease), each waiter ahead runs as long.
       local ends, soon = {}, now + math.max(100, math.min(avg / conc, 1000))
       local slots = redis.call('ZRANGE', S, 0, -1, 'WITHSCORES')
-      for i = 2, #slots, 2 do ends[#ends + 1] = math.max(tonumber(slots[i]) - lease + avg, soon) end
+      local margin = 50 + avg / 20  -- come back just after the release, not just before it
+      for i = 2, #slots, 2 do ends[#ends + 1] = math.max(tonumber(slots[i]) - lease + avg + margin, soon) end
       table.sort(ends)
       local count, start = #ends, now
       for _ = 0, math.min(ahead, 200) do
         while count >= conc and #ends > 0 do start = table.remove(ends, 1); count = count - 1 end
         count = count + 1
-        local fin, at = start + avg, #ends + 1
+        local fin, at = start + avg + margin, #ends + 1
         for i, e in ipairs(ends) do if e > fin then at = i; break end end
         table.insert(ends, at, fin)
       end
