@@ -141,6 +141,11 @@ if wait > 0 then
     redis.call('PEXPIRE', W, 86400000)
     return {0, math.ceil(back - now), reason, held, est}
   end
+  -- A turn of the line that came back a little before the bucket had room for it (its delivery
+  -- jitters) keeps its place and waits the rest; sent to the back, it would leave its slot unused.
+  if (reason == 'rpm' or reason == 'tpm') and wait <= math.min(burst, step) / 2 then
+    return {0, math.ceil(wait), reason, held, est}
+  end
   local back = math.max(now + wait, b_next)
   redis.call('HSET', H, 'b_next', back + step)
   redis.call('PEXPIRE', H, 86400000)
