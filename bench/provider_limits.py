@@ -30,13 +30,25 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
 from typing import Any
 
-from bench.common import Block, Subprocess, chatq_worker, isolated_services, log, print_block, run_warmup, use_stub
+from bench.common import (
+    ROOT,
+    Block,
+    Subprocess,
+    chatq_worker,
+    isolated_services,
+    log,
+    print_block,
+    run_warmup,
+    use_stub,
+)
 
 MODEL = "gpt-4o-mini"
 WARMUP_MODEL = "warm-up"
@@ -263,13 +275,27 @@ def blocks(results: list[dict[str, Any]]) -> list[Block]:
     return out
 
 
+def run_apart(variant: str, **options: Any) -> dict[str, Any]:
+    """`run_variant` in a Python process of its own: this process's Celery app keeps the broker of
+    the first variant it sent to (celeryconfig is read once), and the next variant's Redis is another."""
+    with tempfile.TemporaryDirectory(prefix="chatq-provider-limits-") as folder:
+        out = os.path.join(folder, "result.json")
+        command = [sys.executable, "-m", "bench.provider_limits", "--variants", variant, "--json", out]
+        for name, value in options.items():
+            if value is not None:
+                command += [f"--{name.replace('_', '-')}", str(value)]
+        subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+        with open(out) as f:
+            return dict(json.load(f)[0])
+
+
 def run(quick: bool = False) -> list[Block]:
     """The benchmark framework's entry (`python -m bench provider_limits`): the token bucket, then the window."""
     turns, rpm = (200, 300.0) if quick else (600, 300.0)
-    results = [run_variant(v, turns=turns, rpm=rpm, latency=0.3) for v in VARIANTS]
+    results = [run_apart(v, turns=turns, rpm=rpm) for v in VARIANTS]
     # Issue 34's provider: 120 requests in a fixed 60 s window, 360 turns (quick: a 20 s window, 120 turns).
     w_turns, window = (120, 20.0) if quick else (360, 60.0)
-    results += [run_variant(v, turns=w_turns, rpm=120.0, latency=0.3, window=window) for v in ("adaptive", "baseline")]
+    results += [run_apart(v, turns=w_turns, rpm=120.0, window=window) for v in ("adaptive", "baseline")]
     return blocks(results)
 
 
@@ -283,18 +309,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     results = []
-    for variant in [v.strip() for v in args.variants.split(",") if v.strip()]:
+    for variant in variants:
         shape = f" in a fixed {args.window:g} s window" if args.window else ""
         log(f"provider_limits: {variant}, {args.turns} turns at {args.rpm:g} rpm{shape}")
-        result = run_variant(
-            variant,
-            turns=args.turns,
-            rpm=args.rpm,
-            latency=args.latency,
-            window=args.window,
-            time_limit=args.time_limit,
-        )
+        options = {
+            "turns": args.turns,
+            "rpm": args.rpm,
+            "latency": args.latency,
+            "window": args.window,
+            "time_limit": args.time_limit,
+        }
+        result = run_apart(variant, **options) if len(variants) > 1 else run_variant(variant, **options)
         log(json.dumps(result))
         results.append(result)
     for block in blocks(results):
