@@ -85,22 +85,26 @@ def read_rate_limit_headers(headers: Mapping[str, str], *, now: float | None = N
     """Read the wait and the limits from `headers` (missing or unreadable ones are None).
 
     The wait is `retry-after-ms`, else `retry-after`, else the reset of whichever limit is used up
-    (`x-ratelimit-remaining-* = 0`), else the longer of the two resets.
+    (`x-ratelimit-remaining-* = 0`), else the longer of the two resets. A `retry-after` in whole
+    seconds is rounded up: when the spent limit's reset lies in the second before it (`59.5s`
+    against `60`), the reset is the finer answer.
     """
     get = {str(key).lower(): str(value) for key, value in headers.items()}.get
     clock = time.time() if now is None else now
+    resets = {kind: parse_duration(get(f"x-ratelimit-reset-{kind}")) for kind in ("requests", "tokens")}
+    spent = [
+        seconds
+        for kind, seconds in resets.items()
+        if (get(f"x-ratelimit-remaining-{kind}") or "").strip() == "0" and seconds is not None
+    ]
     wait: float | None = None
     if (ms := parse_duration(get("retry-after-ms"))) is not None:
         wait = ms / 1000.0
     if wait is None:
         wait = _retry_after(get("retry-after"), clock)
+        if wait is not None and wait == int(wait) and spent and wait - 1 < max(spent) <= wait:
+            wait = max(spent)
     if wait is None:
-        resets = {kind: parse_duration(get(f"x-ratelimit-reset-{kind}")) for kind in ("requests", "tokens")}
-        spent = [
-            resets[kind]
-            for kind in ("requests", "tokens")
-            if (get(f"x-ratelimit-remaining-{kind}") or "").strip() == "0" and resets[kind] is not None
-        ]
         known = [seconds for seconds in (spent or resets.values()) if seconds is not None]
         wait = max(known) if known else None
     return RateLimitHeaders(

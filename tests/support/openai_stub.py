@@ -32,11 +32,11 @@ server never interfere:
 prompt, words of the reply); streamed usage comes in a last chunk when stream_options.include_usage.
 
 With `limits` (`tests.support.provider_limits.ProviderLimits`) the server as a whole behaves like a
-provider: requests and tokens per minute and a concurrency cap, answered with 429 and OpenAI's
-rate-limit headers; GET /_provider returns its counts.
+provider: requests and tokens per minute (or a fixed window) and a concurrency cap, answered with
+429 and OpenAI's rate-limit headers; GET /_provider returns its counts, DELETE /_provider refills it.
 
 Run standalone: `python -m tests.support.openai_stub --port 8089 [--latency S] [--chunk-interval S]
-[--rpm N --tpm N --max-concurrent N --record off]` prints the base URL; GET /_requests returns the
+[--rpm N --tpm N --max-concurrent N --window S --record off]` prints the base URL; GET /_requests returns the
 recorded request bodies, DELETE /_requests clears them.
 """
 
@@ -387,6 +387,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/") == "/_requests":
             self.owner.clear()
             self._json(200, {"cleared": True})
+        elif self.path.rstrip("/") == "/_provider" and self.owner.limits is not None:
+            self.owner.limits.reset()
+            self._json(200, {"reset": True})
         else:
             self._json(404, {"error": {"message": "not found"}})
 
@@ -517,12 +520,19 @@ def main(argv: list[str] | None = None, *, stub_class: type[OpenAIStub] | None =
     parser.add_argument("--tpm", type=float, default=None, help="server-wide tokens per minute (429 beyond)")
     parser.add_argument("--max-concurrent", type=int, default=None, help="requests in flight at once (429 beyond)")
     parser.add_argument("--burst", type=float, default=1.0, help="seconds of the rate limits one burst may use")
+    parser.add_argument(
+        "--window", type=float, default=None, help="enforce --rpm as a fixed window of this many seconds"
+    )
     parser.add_argument("--record", choices=("on", "off"), default="on", help="keep request bodies (GET /_requests)")
     args = parser.parse_args(argv)
     limits = None
     if args.rpm or args.tpm or args.max_concurrent:
         limits = ProviderLimits(
-            rpm=args.rpm, tpm=args.tpm, max_concurrent=args.max_concurrent, burst_seconds=args.burst
+            rpm=args.rpm,
+            tpm=args.tpm,
+            max_concurrent=args.max_concurrent,
+            burst_seconds=args.burst,
+            window=args.window,
         )
     stub = stub_class(
         host=args.host,

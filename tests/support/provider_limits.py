@@ -7,6 +7,13 @@ only `retry-after`. Rates are token buckets holding `burst_seconds` worth (a pro
 limit is enforced over short windows). Tokens are charged as the prompt's word count + 4 per
 message, as the stub reports usage.
 
+With `window=S` the request rate is a fixed window instead: `rpm * S / 60` requests from the first
+request of a window until S seconds later, 429 beyond with `retry-after` (whole seconds) and
+`x-ratelimit-reset-requests` (OpenAI's format, e.g. `59.5s`) saying when the window frees, and
+`x-ratelimit-limit-requests: rpm` (per minute, as OpenAI's header means). A fleet that waits out
+a refusal alone and then trickles, or lowers its rate from what it sent while it waited, shows
+here; the token bucket refills smoothly and never shows it.
+
 It counts what it answered (`stats()`), so tests and benchmarks read the 429 share from the
 server's side. Scripted refusals (`[ratelimit-times: KEY N]`, `[overloaded-times: KEY N]`) live in
 the stub itself.
@@ -32,11 +39,13 @@ class Refusal:
 
 
 def _duration(seconds: float) -> str:
-    """OpenAI's reset format: `1s`, `250ms`, `6m0s`."""
-    if seconds < 1:
-        return f"{max(int(seconds * 1000), 1)}ms"
-    minutes, rest = divmod(seconds, 60)
-    return f"{int(minutes)}m{rest:.3g}s" if minutes else f"{rest:.3g}s"
+    """OpenAI's reset format: `1s`, `250ms`, `59.5s`, `6m0s` (rounded up to the millisecond, never early)."""
+    millis = max(math.ceil(seconds * 1000), 1)
+    if millis < 1000:
+        return f"{millis}ms"
+    minutes, rest = divmod(millis, 60_000)
+    text = f"{rest / 1000:.3f}".rstrip("0").rstrip(".")
+    return f"{minutes}m{text}s" if minutes else f"{text}s"
 
 
 class ProviderLimits:
@@ -49,9 +58,14 @@ class ProviderLimits:
         tpm: float | None = None,
         max_concurrent: int | None = None,
         burst_seconds: float = 1.0,
+        window: float | None = None,
     ) -> None:
         self.rpm, self.tpm, self.max_concurrent = rpm, tpm, max_concurrent
         self.burst_seconds = burst_seconds
+        self.window = window
+        """Seconds of the fixed request window (None: the request rate is a token bucket)."""
+        self._window_start = -math.inf
+        self._window_count = 0
         self._lock = threading.Lock()
         self._requests = self._capacity(rpm)
         self._tokens = self._capacity(tpm)
@@ -66,7 +80,9 @@ class ProviderLimits:
 
     def _refill(self, now: float) -> None:
         elapsed, self._at = now - self._at, now
-        if self.rpm:
+        if self.window and now >= self._window_start + self.window:
+            self._window_start, self._window_count = now, 0
+        if self.rpm and not self.window:
             self._requests = min(self._capacity(self.rpm), self._requests + elapsed * self.rpm / 60.0)
         if self.tpm:
             self._tokens = min(self._capacity(self.tpm), self._tokens + elapsed * self.tpm / 60.0)
@@ -82,6 +98,7 @@ class ProviderLimits:
                 return refusal
             if self.rpm:
                 self._requests -= 1
+                self._window_count += 1
             if self.tpm:
                 self._tokens -= min(tokens, self._capacity(self.tpm))
             self.in_flight += 1
@@ -91,6 +108,8 @@ class ProviderLimits:
     def _check(self, tokens: int) -> Refusal | None:
         if self.max_concurrent is not None and self.in_flight >= self.max_concurrent:
             return Refusal(429, {"retry-after": "1"}, "Too many concurrent requests")
+        if self.window and self.rpm:
+            return self._check_window()
         short_requests = self.rpm and self._requests < 1
         cost = min(tokens, self._capacity(self.tpm)) if self.tpm else 0
         short_tokens = self.tpm and self._tokens < cost
@@ -124,6 +143,27 @@ class ProviderLimits:
         return Refusal(
             429, headers, "Rate limit reached for requests" if short_requests else "Rate limit reached for tokens"
         )
+
+    def _check_window(self) -> Refusal | None:
+        assert self.window and self.rpm
+        allowed = max(1, int(self.rpm * self.window / 60.0))
+        if self._window_count < allowed:
+            return None
+        wait = max(self._window_start + self.window - time.monotonic(), 0.001)
+        headers = {
+            "retry-after": str(max(1, math.ceil(wait))),
+            "x-ratelimit-limit-requests": str(int(self.rpm)),
+            "x-ratelimit-remaining-requests": "0",
+            "x-ratelimit-reset-requests": _duration(wait),
+        }
+        return Refusal(429, headers, "Rate limit reached for requests")
+
+    def reset(self) -> None:
+        """Full buckets and a new window, as if the provider had been idle (the counts stay)."""
+        with self._lock:
+            self._requests = self._capacity(self.rpm)
+            self._tokens = self._capacity(self.tpm)
+            self._window_start, self._window_count = -math.inf, 0
 
     def leave(self) -> None:
         """An admitted request ended."""

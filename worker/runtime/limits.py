@@ -7,12 +7,20 @@ Per model (at its base URL) one hash holds the state every worker shares:
 - **a concurrency semaphore** with leases: a sorted set of the turns holding a slot, scored by
   when the slot lapses, so a killed worker's slots come back by themselves;
 - **the adaptive limit** (`a_rpm`, `a_tpm`, `a_conc`): without configuration nothing is paced
-  until the service answers 429; then the rate drops multiplicatively (to 95% of the limit the
-  service reports in `x-ratelimit-limit-*`, else by `BETA`), and each success raises it a little
-  (additive increase), capped at what the service reported;
+  until the service answers 429; then the rate goes to 95% of the limit the service reports in
+  `x-ratelimit-limit-*` (read per minute, as OpenAI means it), or without one drops by `BETA`
+  from the rate the fleet really sent; each success raises it a little (additive increase),
+  capped at what the service reported;
+- **the hold** (`hold`): a 429 says when the service takes requests again (`Retry-After`, the
+  reset of a spent window), and every sender waits until then instead of trickling into a spent
+  window. Nothing is lowered from a refusal of a request sent before the hold, nor from a rate
+  measured over time the fleet spent holding back (the collapse against a windowed provider);
 - **the waiting line**: a turn that cannot go is told when to come back, and batch turns are
   spaced one interval apart (`b_next`), so a backlog of thousands comes back at the rate it can
   run instead of polling; a waiting interactive turn holds every batch turn back until it ran.
+  Interactive turns waiting for a concurrency slot are told when the slot their place in line
+  gets should free (from when the holders started and how long a request takes), so each comes
+  back about once instead of once a second.
 
 The clock is Redis's (`TIME`), shared by every host. No Celery here; `worker.runtime.provider`
 decides what a turn does with an answer.
@@ -26,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.events import get_redis
+from worker.runtime.limit_scripts import ACQUIRE, RELEASE, THROTTLED
 
 __all__ = [
     "BETA",
@@ -46,157 +55,8 @@ BURST_MS = 500
 """Tolerance of the rate buckets: at most half a second's worth of requests leave together."""
 BETA = 0.85
 """Multiplicative decrease of the adaptive limit on a 429 the service gave no limit for."""
-INCREASE_RPM = 0.3
-"""Additive increase of the adaptive rate per success (requests per minute): about 5% per 10 s at any rate."""
 HELD_KEY = "chatq:limits:held"
 """Hash of model -> JSON `{"reason", "until"}`: which models are holding turns back now (`chatq batch`)."""
-_TTL_MS = 86_400_000
-
-_PRELUDE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local function n(v, d) if v then return tonumber(v) end return d end
-local function eff(c, a) if c > 0 and a > 0 then return math.min(c, a) end return math.max(c, a) end
-"""
-
-# KEYS: hash, slots, interactive waiters, sent log.
-# ARGV: member, interactive, cfg rpm, cfg tpm, cfg concurrency, token hint, lease ms, burst ms.
-_ACQUIRE = (
-    _PRELUDE
-    + """
-local H, S, W, R = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local member, interactive = ARGV[1], ARGV[2] == '1'
-local f = redis.call('HMGET', H, 'r_tat', 't_tat', 'b_next', 'a_rpm', 'a_tpm', 'a_conc', 'avg_ms', 'est')
-local r_tat, t_tat, b_next = n(f[1], 0), n(f[2], 0), n(f[3], 0)
-local rpm, tpm = eff(tonumber(ARGV[3]), n(f[4], 0)), eff(tonumber(ARGV[4]), n(f[5], 0))
-local conc = eff(tonumber(ARGV[5]), n(f[6], 0))
-if conc > 0 then conc = math.max(1, math.floor(conc)) end
-local avg, est, burst = n(f[7], 1000), math.floor(n(f[8], tonumber(ARGV[6]))), tonumber(ARGV[8])
-redis.call('ZREM', S, member)
-redis.call('ZREMRANGEBYSCORE', S, '-inf', now)
-redis.call('ZREMRANGEBYSCORE', W, '-inf', now)
-if interactive then redis.call('ZREM', W, member) end
-local wait, reason, step = 0, '', 1
-local held = redis.call('ZCARD', S)
-if conc > 0 and held >= conc then wait, reason, step = avg / conc, 'concurrency', avg / conc end
-local r_new, t_new = r_tat, t_tat
-if rpm > 0 then
-  local interval = 60000 / rpm
-  r_new = math.max(r_tat, now) + interval
-  local w = r_new - math.max(interval, burst) - now
-  if w > wait then wait, reason = w, 'rpm' end
-  step = math.max(step, interval)
-end
-if tpm > 0 then
-  local cost = est * 60000 / tpm
-  t_new = math.max(t_tat, now) + cost
-  local w = t_new - math.max(cost, burst) - now
-  if w > wait then wait, reason = w, 'tpm' end
-  step = math.max(step, cost)
-end
-if wait <= 0 and not interactive then
-  local first = redis.call('ZRANGE', W, 0, 0, 'WITHSCORES')
-  if first[2] then wait, reason = math.max(tonumber(first[2]) - 2000 - now, 0) + step, 'interactive' end
-end
-if wait > 0 then
-  if interactive then
-    redis.call('ZADD', W, now + wait + 2000, member)
-    redis.call('PEXPIRE', W, 86400000)
-    return {0, math.ceil(wait), reason, held, est}
-  end
-  local back = math.max(now + wait, b_next)
-  redis.call('HSET', H, 'b_next', back + step)
-  redis.call('PEXPIRE', H, 86400000)
-  return {0, math.ceil(back - now), reason, held, est}
-end
-if rpm > 0 then redis.call('HSET', H, 'r_tat', r_new) end
-if tpm > 0 then redis.call('HSET', H, 't_tat', t_new) end
-redis.call('ZADD', S, now + tonumber(ARGV[7]), member)
-redis.call('ZADD', R, now, member .. ':' .. now)
-redis.call('ZREMRANGEBYSCORE', R, '-inf', now - 10000)
-for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, 86400000) end
-return {1, 0, '', held + 1, est}
-"""
-)
-
-# KEYS: hash, slots, sent log. ARGV: member, outcome (ok|other), ms, estimate, tokens, cfg tpm.
-_RELEASE = (
-    _PRELUDE
-    + f"local INCREASE_RPM = {INCREASE_RPM}\n"
-    + """
-local H, S, R = KEYS[1], KEYS[2], KEYS[3]
-redis.call('ZREM', S, ARGV[1])
-local f = redis.call('HMGET', H, 'avg_ms', 'est', 't_tat', 'a_tpm', 'a_rpm', 'a_conc', 'ceil_rpm', 'ceil_tpm')
-local ok, ms, estimate, tokens = ARGV[2] == 'ok', tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-if not ok then return 0 end
-redis.call('HSET', H, 'avg_ms', 0.8 * n(f[1], ms) + 0.2 * ms)
-if tokens > 0 then
-  redis.call('HSET', H, 'est', 0.8 * n(f[2], tokens) + 0.2 * tokens)
-  local tpm = eff(tonumber(ARGV[6]), n(f[4], 0))
-  if tpm > 0 and f[3] then redis.call('HSET', H, 't_tat', tonumber(f[3]) + (tokens - estimate) * 60000 / tpm) end
-end
-local measured = redis.call('ZCOUNT', R, now - 10000, '+inf') * 6
-local a_rpm, a_tpm, a_conc = n(f[5], 0), n(f[4], 0), n(f[6], 0)
-if a_rpm > 0 then
-  local cap = n(f[7], 0) > 0 and 0.97 * tonumber(f[7]) or math.max(2 * measured, 10)
-  redis.call('HSET', H, 'a_rpm', math.min(a_rpm + INCREASE_RPM, math.max(cap, a_rpm)))
-end
-if a_tpm > 0 and tokens > 0 then
-  local cap = n(f[8], 0) > 0 and 0.97 * tonumber(f[8]) or a_tpm * 2
-  redis.call('HSET', H, 'a_tpm', math.min(a_tpm + math.max(a_tpm / 3000, tokens / 100), math.max(cap, a_tpm)))
-end
-if a_conc > 0 then
-  local cap = redis.call('ZCARD', S) + 2
-  redis.call('HSET', H, 'a_conc', math.min(a_conc + 1 / a_conc, math.max(cap, a_conc)))
-end
-return 1
-"""
-)
-
-# KEYS: hash, slots, sent log. ARGV: kind (rate_limited|overloaded), limit rpm, limit tpm, beta.
-_THROTTLED = (
-    _PRELUDE
-    + """
-local H, S, R = KEYS[1], KEYS[2], KEYS[3]
-local f = redis.call('HMGET', H, 'a_rpm', 'a_tpm', 'a_conc', 'last_dec', 'avg_ms')
-local a_rpm, a_tpm, a_conc, avg = n(f[1], 0), n(f[2], 0), n(f[3], 0), n(f[5], 1000)
-if now - n(f[4], 0) < math.max(1000, avg) then return {a_rpm, a_tpm, a_conc} end
-local kind, l_rpm, l_tpm, beta = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local sent = redis.call('ZCOUNT', R, now - 10000, '+inf')
-local measured = sent * 6
-local held = redis.call('ZCARD', S)
--- A refusal at a trickle says nothing about the fleet's rate (the key may be busy elsewhere):
--- the turn waits out Retry-After, and the limits stay as they are.
-if sent < 5 and l_rpm == 0 and l_tpm == 0 then return {a_rpm, a_tpm, a_conc} end
-if kind == 'rate_limited' then
-  local base = measured
-  if a_rpm > 0 then base = math.min(a_rpm, math.max(measured, 1)) end
-  local new = math.max(1, beta * base)
-  if l_rpm > 0 then
-    redis.call('HSET', H, 'ceil_rpm', l_rpm)
-    if a_rpm == 0 or a_rpm > 0.95 * l_rpm then new = 0.95 * l_rpm end
-  end
-  a_rpm = new
-  redis.call('HSET', H, 'a_rpm', a_rpm)
-  if l_tpm > 0 then
-    redis.call('HSET', H, 'ceil_tpm', l_tpm)
-    if a_tpm == 0 or a_tpm > 0.95 * l_tpm then a_tpm = 0.95 * l_tpm else a_tpm = math.max(100, beta * a_tpm) end
-    redis.call('HSET', H, 'a_tpm', a_tpm)
-  end
-end
-if kind == 'overloaded' or (kind == 'rate_limited' and l_rpm == 0 and l_tpm == 0) then
-  local base = held
-  if a_conc > 0 then base = math.min(a_conc, math.max(held, 1)) end
-  local floor = 1
-  if a_rpm > 0 then floor = math.ceil(a_rpm / 60 * avg / 1000) + 1 end
-  a_conc = math.max(floor, math.floor(beta * base))
-  redis.call('HSET', H, 'a_conc', a_conc)
-end
-redis.call('HSET', H, 'last_dec', now)
-redis.call('PEXPIRE', H, 86400000)
-return {a_rpm, a_tpm, a_conc}
-"""
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -229,7 +89,8 @@ class Grant:
     wait: float
     """When not granted: seconds until the turn should ask again."""
     reason: str
-    """When not granted: `concurrency`, `rpm`, `tpm` or `interactive` (an interactive turn goes first)."""
+    """When not granted: `concurrency`, `rpm`, `tpm`, `interactive` (an interactive turn goes first) or
+    `rate_limited` (the fleet waits out the service's last 429)."""
     in_flight: int
     """Slots held in the scope (this one included when granted)."""
     estimate: int
@@ -272,7 +133,7 @@ def _script(name: str, source: str) -> Any:
 def acquire(scope: Scope, member: str, *, interactive: bool, hint_tokens: int, lease_seconds: float) -> Grant:
     """Take a slot for `member` (a turn id) if the scope's limits allow it now, else say when to ask again."""
     _seen.setdefault(scope.key, scope)
-    reply = _script("acquire", _ACQUIRE)(
+    reply = _script("acquire", ACQUIRE)(
         keys=list(scope.keys()),
         args=[
             member,
@@ -298,17 +159,26 @@ def acquire(scope: Scope, member: str, *, interactive: bool, hint_tokens: int, l
 def release(scope: Scope, member: str, *, succeeded: bool, seconds: float, estimate: int, tokens: int) -> None:
     """Give the slot back; a success corrects the token charge and raises the adaptive limits a little."""
     hash_key, slots, _, sent = scope.keys()
-    _script("release", _RELEASE)(
+    _script("release", RELEASE)(
         keys=[hash_key, slots, sent],
         args=[member, "ok" if succeeded else "other", int(seconds * 1000), estimate, max(tokens, 0), scope.tpm],
     )
 
 
-def throttled(scope: Scope, *, kind: str, limit_requests: float | None, limit_tokens: float | None) -> LimitState:
-    """The service refused a request (`rate_limited` or `overloaded`): lower the adaptive limits."""
+def throttled(
+    scope: Scope,
+    *,
+    kind: str,
+    limit_requests: float | None,
+    limit_tokens: float | None,
+    retry_after: float | None = None,
+) -> LimitState:
+    """The service refused a request (`rate_limited` or `overloaded`): adapt the limits; a 429's
+    `retry_after` (seconds) holds every sender of the scope back until then."""
     hash_key, slots, _, sent = scope.keys()
-    a_rpm, a_tpm, a_conc = _script("throttled", _THROTTLED)(
-        keys=[hash_key, slots, sent], args=[kind, limit_requests or 0, limit_tokens or 0, BETA]
+    wait_ms = int(max(retry_after or 0.0, 0.0) * 1000)
+    a_rpm, a_tpm, a_conc = _script("throttled", THROTTLED)(
+        keys=[hash_key, slots, sent], args=[kind, limit_requests or 0, limit_tokens or 0, BETA, wait_ms]
     )
     return LimitState(
         rpm=_effective(scope.rpm, float(a_rpm)),

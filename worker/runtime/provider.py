@@ -3,8 +3,9 @@
 The runner asks `admit` before an attempt starts: a turn whose model has no slot free is put back
 to wait (`claims.hold_turn`, its attempt given back) and sent again when the limiter says, so it
 holds no worker thread while it waits. A `handlers.errors.ProviderBusy` before the first text
-(`on_busy`) lowers the model's adaptive limits and puts the turn back likewise, after the wait
-the service asked for plus jitter, until `CHATQ_PROVIDER_PATIENCE` runs out. Consumers get a
+(`on_busy`) adapts the model's limits (a 429 also holds every other turn of the model until the
+service's reset) and puts the turn back likewise, after the wait the service asked for plus
+jitter, until `CHATQ_PROVIDER_PATIENCE` runs out. Consumers get a
 `retry` event with `waiting` (why, and until when) each time.
 
 With `CHATQ_PROVIDER_LIMITS=off` none of this runs: a refusal is an ordinary agent failure.
@@ -164,7 +165,13 @@ def on_busy(claim: claims.Claim, events: TurnEvents, exc: ProviderBusy) -> Retry
     metrics.PROVIDER_REFUSALS.labels(model, str(exc.status or exc.reason)).inc()
     if scope is not None and exc.reason in ("rate_limited", "overloaded"):
         try:
-            limits.throttled(scope, kind=exc.reason, limit_requests=exc.limit_requests, limit_tokens=exc.limit_tokens)
+            limits.throttled(
+                scope,
+                kind=exc.reason,
+                limit_requests=exc.limit_requests,
+                limit_tokens=exc.limit_tokens,
+                retry_after=exc.retry_after,
+            )
         except Exception as error:  # adapting is best effort; the wait below still happens
             log.warning("turn %s: could not lower the model's limits: %s", claim.turn_id, mask_secrets(str(error)))
     refusals, busy_for = _count_refusal(claim)

@@ -16,9 +16,16 @@ PACED_MODEL = "paced-model"
 """A model name configured with `rpm: 120`."""
 SOLO_MODEL = "solo-model"
 """A model name configured with `max_concurrent: 1`."""
+PAIR_MODEL = "pair-model"
+"""A model name configured with `max_concurrent: 2`, used by one test only (its history of request times is its own)."""
 PATIENCE = 8.0
 """The workers' CHATQ_PROVIDER_PATIENCE (seconds)."""
-MODEL_LIMITS = {SOLO_MODEL: {"max_concurrent": 1}, CAPPED_MODEL: {"max_concurrent": 2}, PACED_MODEL: {"rpm": 120}}
+MODEL_LIMITS = {
+    SOLO_MODEL: {"max_concurrent": 1},
+    CAPPED_MODEL: {"max_concurrent": 2},
+    PAIR_MODEL: {"max_concurrent": 2},
+    PACED_MODEL: {"rpm": 120},
+}
 
 
 @pytest.fixture(scope="package")

@@ -6,12 +6,13 @@ import uuid
 
 import pytest
 
-from tests.integration.provider.conftest import CAPPED_MODEL, PATIENCE, SOLO_MODEL
+from tests.integration.provider.conftest import CAPPED_MODEL, PAIR_MODEL, PATIENCE, SOLO_MODEL
 from tests.support.openai_stub import OpenAIStub
 from tests.support.provider_limits import ProviderLimits
 from tests.support.turns import replay_events, wait_for_status, wait_for_turn, wait_for_turns
 from tests.support.workers import WorkerProcess
 from worker.producer import create_session, submit_turn
+from worker.runtime import limits
 
 pytestmark = pytest.mark.slow
 
@@ -122,3 +123,41 @@ def test_an_interactive_turn_takes_the_next_slot_ahead_of_waiting_batch_turns(
     # Submitted while the batch held the one slot and five batch turns waited: at most the turn
     # whose slot was being handed over when it arrived goes before it.
     assert len(behind) >= 4, f"only {len(behind)} of the waiting batch turns started after the interactive one"
+
+
+def test_a_windowed_provider_is_waited_out_together_and_its_named_limit_kept(
+    workers: list[WorkerProcess], provider: OpenAIStub
+) -> None:
+    # Issue 34: 6 requests per fixed 3 s window (`x-ratelimit-limit-requests: 120` per minute),
+    # four windows' worth of batch turns at once. The burst spends the first window; the fleet
+    # then waits for the reset together and paces itself to 95% of the named limit. Before, it
+    # lowered its rate from what it "sent" while it waited, again and again, and trickled.
+    provider.limits = ProviderLimits(rpm=120, window=3.0)
+    model = _model()
+    turns = [
+        submit_turn(create_session(framework="none", model=model), f"turn {i}", queue="chatq.batch") for i in range(24)
+    ]
+    rows = wait_for_turns([t.turn_id for t in turns], timeout=120)
+    assert all(r.status.value == "succeeded" for r in rows.values()), [r.error for r in rows.values()]
+    assert all(r.attempts == 1 for r in rows.values())
+    scope = limits.Scope(key=f"{model}@{provider.base_url.rstrip('/')}", model=model)
+    assert limits.state(scope).rpm >= 0.95 * 120 - 0.01, "the limit the service named was kept"
+    answers = sorted(provider.limits.answers)
+    refused = [at for at, status in answers if status != 200]
+    # Only requests already on their way when the first window was spent were refused.
+    assert refused and max(refused) - answers[0][0] < 3.0 and len(refused) <= 12, len(refused)
+
+
+def test_interactive_turns_waiting_for_a_slot_come_back_about_once(
+    workers: list[WorkerProcess], provider: OpenAIStub, redis_url: str
+) -> None:
+    # Eight interactive turns, two slots, about a second each: six wait. Each is told when the
+    # slot its place in line gets frees. Before, each came back every half second (a claim, a
+    # hold and a `retry` event each time): the last of them six times.
+    turns = [submit_turn(create_session(framework="none", model=PAIR_MODEL), "hold on [sleep: 1]") for _ in range(8)]
+    rows = wait_for_turns([t.turn_id for t in turns], timeout=90)
+    assert all(r.status.value == "succeeded" for r in rows.values()), [r.error for r in rows.values()]
+    waits = [
+        sum(1 for e in replay_events(redis_url, t.turn_id) if e["type"] == "retry" and e.get("waiting")) for t in turns
+    ]
+    assert sum(waits) <= 6 * 2 and max(waits) <= 3, waits

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -125,3 +126,78 @@ def test_a_token_limit_charges_an_estimate_and_corrects_it_from_the_reported_usa
     limits.release(scope, "a", succeeded=True, seconds=0.2, estimate=first.estimate, tokens=10)
     second = _take(scope, "b")
     assert second.granted and second.estimate == 10
+
+
+def test_a_window_of_429s_holds_every_sender_until_the_reset_and_keeps_the_named_limit(scope_key: str) -> None:
+    # Issue 34: a provider allowing N requests per window. The burst spends the window; every
+    # refusal names the limit (120 per minute) and says when the window frees. The fleet must wait
+    # for that all together, and must not lower its rate from what it sent while it waited.
+    scope = Scope(key=scope_key, model="m")
+    for i in range(20):
+        assert _take(scope, f"t{i}").granted
+    first = limits.throttled(scope, kind="rate_limited", limit_requests=120, limit_tokens=None, retry_after=1.5)
+    assert first.rpm == pytest.approx(114)
+    # Nobody goes before the reset: batch turns come back from it one interval (60 / 114 s) apart.
+    waits = [_take(scope, f"w{i}") for i in range(4)]
+    assert {w.reason for w in waits} == {"rate_limited"} and not any(w.granted for w in waits)
+    assert 1.3 <= waits[0].wait <= 1.5
+    gaps = [later.wait - earlier.wait for earlier, later in itertools.pairwise(waits)]
+    assert all(0.5 <= gap <= 0.56 for gap in gaps), gaps
+    interactive = _take(scope, "me", interactive=True)
+    assert not interactive.granted and interactive.reason == "rate_limited" and 1.3 <= interactive.wait <= 1.5
+    # More refusals of requests that were in flight, during the hold and just after it, over a
+    # longer span than the one-burst debounce: the limit stays what the service named.
+    for _ in range(3):
+        time.sleep(0.6)
+        again = limits.throttled(scope, kind="rate_limited", limit_requests=120, limit_tokens=None, retry_after=0.2)
+        assert again.rpm == pytest.approx(114)
+    time.sleep(0.25)  # the last refusal's reset
+    assert _take(scope, "me", interactive=True).granted
+
+
+def test_a_rate_measured_while_the_fleet_held_back_lowers_nothing(scope_key: str) -> None:
+    scope = Scope(key=scope_key, model="m")
+    for i in range(10):
+        assert _take(scope, f"t{i}").granted
+    # No limit named: 15% below the rate really sent (10 requests in the last 10 s).
+    first = limits.throttled(scope, kind="rate_limited", limit_requests=None, limit_tokens=None, retry_after=1.0)
+    assert first.rpm == pytest.approx(limits.BETA * 60)
+    time.sleep(1.2)  # the hold is over, and so is the one-burst debounce
+    # Another refusal right after the hold: the 10 s behind it were mostly spent waiting, so the
+    # rate "sent" over them says nothing about what the service allows.
+    again = limits.throttled(scope, kind="rate_limited", limit_requests=None, limit_tokens=None, retry_after=1.0)
+    assert again.rpm == pytest.approx(first.rpm)
+
+
+def test_interactive_turns_waiting_for_a_slot_come_back_about_once(scope_key: str) -> None:
+    # Two slots, eight interactive turns at once, each holding its slot 0.3 s: a waiting turn is
+    # told when the slot its place in line gets frees, instead of asking again every avg / slots.
+    scope = Scope(key=scope_key, model="m", max_concurrent=2)
+    for i in range(3):  # the scope's history: a request takes about 0.3 s
+        assert _take(scope, f"warm{i}").granted
+        limits.release(scope, f"warm{i}", succeeded=True, seconds=0.3, estimate=100, tokens=100)
+    asks: dict[str, int] = {}
+
+    def turn(name: str) -> None:
+        while True:
+            asks[name] = asks.get(name, 0) + 1
+            grant = _take(scope, name, interactive=True)
+            if grant.granted:
+                started = time.monotonic()
+                time.sleep(0.3)
+                limits.release(
+                    scope, name, succeeded=True, seconds=time.monotonic() - started, estimate=100, tokens=100
+                )
+                return
+            time.sleep(grant.wait)
+
+    threads = [threading.Thread(target=turn, args=(f"i{i}",)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(asks) == 8 and not any(thread.is_alive() for thread in threads)
+    # 6 of the 8 had to wait; before, they asked 4 times each on average and the last 8 times.
+    waited = sorted(asks.values())
+    assert sum(waited) <= 8 + 6 * 2, waited
+    assert max(waited) <= 4, waited

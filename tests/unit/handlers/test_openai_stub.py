@@ -115,3 +115,22 @@ def test_a_reply_to_a_request_from_before_clear_is_not_recorded(openai_stub: Ope
     assert openai_stub.replies == []
     client.chat.completions.create(model="m", messages=[{"role": "user", "content": "now"}])
     assert [reply["content"] for reply in openai_stub.replies] == ["You said: now"]
+
+
+def test_a_windowed_provider_refuses_past_its_window_until_it_frees() -> None:
+    from handlers.provider_headers import read_rate_limit_headers
+    from tests.support.provider_limits import ProviderLimits
+
+    limits = ProviderLimits(rpm=120, window=0.5)  # 1 request per 0.5 s window, 120 a minute
+    assert limits.enter(10) is None
+    limits.leave()
+    refusal = limits.enter(10)
+    assert refusal is not None and refusal.status == 429
+    assert refusal.headers["x-ratelimit-limit-requests"] == "120"
+    assert refusal.headers["x-ratelimit-remaining-requests"] == "0"
+    assert refusal.headers["retry-after"] == "1"  # whole seconds, rounded up
+    read = read_rate_limit_headers(refusal.headers)
+    assert read.retry_after is not None and 0.3 < read.retry_after <= 0.5  # the reset, to the millisecond
+    time.sleep(read.retry_after)
+    assert limits.enter(10) is None, "the window freed when the reset said"
+    assert limits.stats()["refused"] == 1

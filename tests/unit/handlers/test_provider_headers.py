@@ -43,6 +43,28 @@ def test_retry_after_ms_wins_then_retry_after_then_the_spent_limits_reset() -> N
     assert read_rate_limit_headers({}).retry_after is None
 
 
+@pytest.mark.parametrize(
+    ("retry_after", "reset", "wait"),
+    [("60", "59.5s", 59.5), ("1", "20ms", 0.02), ("1", "1s", 1.0), ("360", "6m0s", 360.0), ("2", "59.5s", 2.0)],
+)
+def test_a_whole_second_retry_after_gives_way_to_the_spent_windows_finer_reset(
+    retry_after: str, reset: str, wait: float
+) -> None:
+    # A windowed provider: `Retry-After` rounds the window's end up to a second; the spent limit's
+    # reset (OpenAI's formats) says it to the millisecond, and is taken only within that second.
+    headers = {
+        "retry-after": retry_after,
+        "x-ratelimit-limit-requests": "120",
+        "x-ratelimit-remaining-requests": "0",
+        "x-ratelimit-reset-requests": reset,
+    }
+    read = read_rate_limit_headers(headers)
+    assert read.retry_after == pytest.approx(wait)
+    assert read.limit_requests == 120.0
+    # A reset of a limit that is not spent never shortens the wait.
+    assert read_rate_limit_headers({**headers, "x-ratelimit-remaining-requests": "3"}).retry_after == float(retry_after)
+
+
 def test_retry_after_as_an_http_date() -> None:
     now = 1_800_000_000.0
     date = email.utils.formatdate(now + 30, usegmt=True)
