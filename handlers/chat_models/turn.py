@@ -77,4 +77,3 @@ def _carriable(message: AIMessage) -> AIMessage:
     if clean_content == content and calls == message.tool_calls:
         return message
     return message.model_copy(update={"content": clean_content, "tool_calls": calls})
-

@@ -27,6 +27,7 @@ __all__ = ["TOO_MANY_STEPS", "LangGraphHandler"]
 
 logger = logging.getLogger(__name__)
 
+
 class LangGraphHandler(PreparedTurnHandler):
     """The `langgraph` framework: agent node with tools bound <-> tool node, until no tool calls remain.
 
