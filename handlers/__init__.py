@@ -4,7 +4,7 @@ Importing `handlers` imports no agent framework: an adapter module is imported t
 session of its framework needs a handler. A new framework plugs in with one entry in `_ADAPTERS`
 (or a `register_framework` call from a `CHATQ_PLUGINS` module). Its class is either a plain
 `BaseAgentHandler` (the contract: `invoke`, `astream`, optionally `stream`) or, like chatq's own
-adapters, a `PreparedTurnHandler` (`stream_turn` on a prepared turn); the worker runs both.
+adapters, a `PreparedTurnHandler` (`run` on a prepared turn); the worker runs both.
 
 This registry is the one list of frameworks: the worker, the producer API, batch files and the
 gateway all read it through `framework_names()` / `framework_choices()`, which first import the

@@ -7,7 +7,7 @@ to `invoke` when it raises NotImplementedError. A handler written to it register
 (`handlers.register_framework`), and the worker runs it (`handlers.plain`).
 
 chatq's own adapters derive from `handlers.prepared.PreparedTurnHandler`, which implements all
-three on one method, `stream_turn(turn)`, fed a turn prepared once for every framework. The
+three on one method, `run(turn)`, fed a turn prepared once for every framework. The
 boundary types (`AgentMessage`, `StreamEvent`, ...) live in `handlers.messages` and are
 re-exported from this module.
 """

@@ -44,7 +44,10 @@ class TurnTimeout(AgentInvocationError):
 
 
 EMPTY_REPLY = "The model returned an empty reply."
-"""The error of a completion with neither text nor tool calls, which chatq treats as a failure."""
+"""The error of a turn that ends without an answer (`handlers.prepared.is_answer`), which chatq treats as a failure."""
+
+TOO_MANY_STEPS = "The agent stopped: too many tool steps without a final answer."
+"""The error of an agent loop that reached its step limit while the model still called tools."""
 
 
 class UnknownFramework(HandlerError):

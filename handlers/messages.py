@@ -20,6 +20,7 @@ __all__ = [
     "StreamEventKind",
     "ToolCall",
     "Usage",
+    "content_text",
     "empty_usage",
 ]
 
@@ -28,6 +29,21 @@ Usage = dict[str, int]
 
 ToolCall = dict[str, Any]
 """One tool call as the model asked for it: `{"id", "name", "args"}`."""
+
+
+def content_text(content: object) -> str:
+    """The text of a message's content (a string, or OpenAI/LangChain parts): text parts joined, others dropped."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    parts: list[str] = []
+    for part in content:
+        if isinstance(part, str):
+            parts.append(part)
+        elif isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str):
+            parts.append(part["text"])
+    return "".join(parts)
 
 
 def empty_usage() -> Usage:

@@ -1,4 +1,4 @@
-"""`PreparedTurnHandler.invoke` and `astream`, derived from an adapter's `stream_turn(turn)`.
+"""`PreparedTurnHandler.invoke` and `astream`, derived from its template `stream_turn` (around an adapter's `run`).
 
 No agent framework is imported here.
 """

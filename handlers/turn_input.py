@@ -1,4 +1,4 @@
-"""One turn's input, prepared once for every framework: what an adapter's `stream_turn(turn)` receives.
+"""One turn's input, prepared once for every framework: what an adapter's `run(turn)` receives.
 
 The recipe every adapter used to repeat (deadline, tools, history, system prompt, knowledge-base
 search, citations) lives here, so the adapters only run their agent. The worker builds the input

@@ -1,13 +1,12 @@
-"""`echo`: chatq's built-in offline chat model.
+"""`echo`, chatq's offline model (`handlers.echo`), as a LangChain chat model.
 
-A real LangChain chat model that streams the last user message's text back, word by word, with
-token usage, so every path (graph, streaming, persistence, events) runs without a network or a key.
+A real LangChain chat model that streams `handlers.echo.echo`'s reply, word by word, with its
+usage, so the LangChain adapters run without a network or a key exactly as `plain_openai` does.
 It never calls tools: `bind_tools` accepts any tools and returns a model that ignores them.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -19,16 +18,9 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 
-from handlers.chat_models.messages import content_text
-from handlers.tokens import MESSAGE_OVERHEAD_TOKENS, count_tokens
+from handlers.echo import EMPTY_ECHO, EchoReply, echo
 
 __all__ = ["EMPTY_ECHO", "EchoChatModel"]
-
-EMPTY_ECHO = "(empty message)"
-"""What echo answers to a message without text, so its reply is never empty."""
-
-# A word with the whitespace after it: joining the chunks gives back the text exactly.
-_WORD = re.compile(r"\s*\S+\s*|\s+")
 
 
 class EchoChatModel(BaseChatModel):
@@ -56,19 +48,19 @@ class EchoChatModel(BaseChatModel):
         return self
 
     @staticmethod
-    def reply_for(messages: Sequence[BaseMessage]) -> str:
-        """The text echo answers to `messages`: the last user message's text."""
-        for message in reversed(messages):
-            if isinstance(message, HumanMessage):
-                return content_text(message.content) or EMPTY_ECHO
-        return EMPTY_ECHO
+    def reply_for(messages: Sequence[BaseMessage]) -> EchoReply:
+        """What echo answers to `messages` (`handlers.echo.echo`; a HumanMessage is the user's)."""
+        return echo(("user" if isinstance(m, HumanMessage) else m.type, m.content) for m in messages)
 
     @staticmethod
-    def usage_for(messages: Sequence[BaseMessage], reply: str) -> UsageMetadata:
-        """Offline token estimate of a call, like a provider's usage report."""
-        prompt = sum(count_tokens(content_text(m.content)) + MESSAGE_OVERHEAD_TOKENS for m in messages)
-        completion = count_tokens(reply)
-        return UsageMetadata(input_tokens=prompt, output_tokens=completion, total_tokens=prompt + completion)
+    def usage_for(reply: EchoReply) -> UsageMetadata:
+        """The reply's usage, as LangChain reports a provider's."""
+        usage = reply.usage
+        return UsageMetadata(
+            input_tokens=usage["prompt_tokens"],
+            output_tokens=usage["completion_tokens"],
+            total_tokens=usage["total_tokens"],
+        )
 
     def _generate(
         self,
@@ -79,8 +71,8 @@ class EchoChatModel(BaseChatModel):
     ) -> ChatResult:
         reply = self.reply_for(messages)
         message = AIMessage(
-            content=reply,
-            usage_metadata=self.usage_for(messages, reply),
+            content=reply.text,
+            usage_metadata=self.usage_for(reply),
             response_metadata={"model_name": self.model_name, "finish_reason": "stop"},
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
@@ -93,7 +85,7 @@ class EchoChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
         reply = self.reply_for(messages)
-        for word in _WORD.findall(reply):
+        for word in reply.chunks:
             chunk = ChatGenerationChunk(message=AIMessageChunk(content=word))
             if run_manager:
                 run_manager.on_llm_new_token(word, chunk=chunk)
@@ -102,7 +94,7 @@ class EchoChatModel(BaseChatModel):
         last = ChatGenerationChunk(
             message=AIMessageChunk(
                 content="",
-                usage_metadata=self.usage_for(messages, reply),
+                usage_metadata=self.usage_for(reply),
                 response_metadata={"model_name": self.model_name, "finish_reason": "stop"},
                 chunk_position="last",
             )

@@ -22,6 +22,7 @@ from langchain_core.messages.tool import ToolCall as LCToolCall
 
 from handlers.base import AgentMessage, ToolCall, Usage, empty_usage
 from handlers.images import image_url, user_content
+from handlers.messages import content_text  # re-exported: the LangChain pieces use it from here
 
 __all__ = [
     "content_text",
@@ -33,21 +34,6 @@ __all__ = [
     "usage_from",
     "user_message",
 ]
-
-
-def content_text(content: str | list[str | dict[str, Any]] | None) -> str:
-    """The text of a message's content: list content parts are joined, non-text parts dropped."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    parts: list[str] = []
-    for part in content:
-        if isinstance(part, str):
-            parts.append(part)
-        elif isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str):
-            parts.append(part["text"])
-    return "".join(parts)
 
 
 def _to_lc_tool_calls(calls: Iterable[Mapping[str, Any]] | None) -> list[LCToolCall]:

@@ -16,12 +16,12 @@ from langchain_core.messages.utils import message_chunk_to_message
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from chatq.text import clean_json, clean_text
-from handlers.chat_models.messages import content_text, payload_to_langchain, payloads_to_langchain
+from handlers.chat_models.messages import payload_to_langchain, payloads_to_langchain
 from handlers.deadline import Deadline
 from handlers.errors import EMPTY_REPLY, AgentInvocationError
 from handlers.turn_input import TurnInput
 
-__all__ = ["EMPTY_REPLY", "Deadline", "collect", "conversation", "is_empty", "stream_model"]
+__all__ = ["EMPTY_REPLY", "Deadline", "collect", "conversation", "stream_model"]
 
 ChatRunnable = Runnable[LanguageModelInput, Any]
 """A chat model, possibly with tools bound (`bind_tools` returns a Runnable, not a model)."""
@@ -77,8 +77,3 @@ def _carriable(message: AIMessage) -> AIMessage:
     if clean_content == content and calls == message.tool_calls:
         return message
     return message.model_copy(update={"content": clean_content, "tool_calls": calls})
-
-
-def is_empty(message: AIMessage) -> bool:
-    """True for a completion with neither text nor tool calls, which chatq treats as a failure."""
-    return not content_text(message.content).strip() and not message.tool_calls

@@ -11,24 +11,21 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphRecursionError
 
 from handlers.base import StreamEvent, StreamEventKind
-from handlers.chat_models.errors import invocation_error
 from handlers.chat_models.messages import content_text, to_agent_message, usage_from
 from handlers.chat_models.models import get_chat_model
-from handlers.chat_models.turn import conversation, is_empty
-from handlers.errors import EMPTY_REPLY, AgentInvocationError, HandlerError
+from handlers.chat_models.turn import conversation
+from handlers.errors import TOO_MANY_STEPS, AgentInvocationError
 from handlers.langgraph.graph import RECURSION_LIMIT, get_graph
 from handlers.langgraph.nodes import AGENT_NODE, RETRIEVE_NODE, TOOL_NODE
 from handlers.langgraph.state import CONTEXT_KEY, TurnContext
 from handlers.langgraph.streaming import TEXT, GraphRun, run_graph
 from handlers.langgraph.tools import langchain_tools
-from handlers.prepared import PreparedTurnHandler
+from handlers.prepared import PreparedTurnHandler, Reply
 from handlers.turn_input import TurnInput
 
 __all__ = ["TOO_MANY_STEPS", "LangGraphHandler"]
 
 logger = logging.getLogger(__name__)
-
-TOO_MANY_STEPS = "The agent stopped: too many tool steps without a final answer."
 
 
 class LangGraphHandler(PreparedTurnHandler):
@@ -39,41 +36,32 @@ class LangGraphHandler(PreparedTurnHandler):
     itself persists nothing.
     """
 
-    def stream_turn(self, turn: TurnInput) -> Generator[StreamEvent, None, None]:
-        """Text events as tokens arrive, tool started/finished events, then exactly one final event."""
+    def run(self, turn: TurnInput) -> Generator[StreamEvent, None, Reply]:
+        """Text events as tokens arrive, tool started/finished events; returns the turn's messages and usage."""
+        model = get_chat_model(turn.model)
+        # Built once per invocation and handed to the nodes through the config, never per loop.
+        llm = model.bind_tools(langchain_tools(turn.tools)) if turn.tools else model
+        graph_run = GraphRun()
+        context = TurnContext(
+            llm=llm,
+            system_prompt=SystemMessage(content=turn.system_prompt),
+            deadline=turn.deadline,
+            tools=turn.tool_context,
+            retrieval=turn.retrieval,
+            on_text=graph_run.on_text,
+        )
+        config: RunnableConfig = {"recursion_limit": RECURSION_LIMIT, "configurable": {CONTEXT_KEY: context}}
+        # With knowledge bases attached, the graph's first step adds the search already run.
+        graph = get_graph(turn.tools, retrieve=turn.retrieval is not None)
+        state = {"messages": conversation(turn)}
         produced: list[BaseMessage] = []
         try:
-            model = get_chat_model(turn.model)
-            # Built once per invocation and handed to the nodes through the config, never per loop.
-            llm = model.bind_tools(langchain_tools(turn.tools)) if turn.tools else model
-            run = GraphRun()
-            context = TurnContext(
-                llm=llm,
-                system_prompt=SystemMessage(content=turn.system_prompt),
-                deadline=turn.deadline,
-                tools=turn.tool_context,
-                retrieval=turn.retrieval,
-                on_text=run.on_text,
-            )
-            config: RunnableConfig = {"recursion_limit": RECURSION_LIMIT, "configurable": {CONTEXT_KEY: context}}
-            # With knowledge bases attached, the graph's first step adds the search already run.
-            graph = get_graph(turn.tools, retrieve=turn.retrieval is not None)
-            state = {"messages": conversation(turn)}
             # Leaving this loop early ends the graph where it waits, unwinding its node (run_graph).
-            yield from _events(run_graph(graph, state, config, run, turn.deadline), produced)
-        except HandlerError:
-            # AgentInvocationError as is; any other HandlerError is bad input that a retry cannot
-            # fix, so it keeps its own type for the worker.
-            raise
+            yield from _events(run_graph(graph, state, config, graph_run, turn.deadline), produced)
         except GraphRecursionError as exc:
             logger.warning("session %s: recursion limit %d reached", turn.session.id, RECURSION_LIMIT)
             raise AgentInvocationError(TOO_MANY_STEPS) from exc
-        except Exception as exc:
-            raise invocation_error(exc, timeout=turn.timeout) from exc
-        final = produced[-1] if produced else None
-        if not isinstance(final, AIMessage) or is_empty(final):
-            raise AgentInvocationError(EMPTY_REPLY)
-        yield turn.final_event([to_agent_message(m) for m in produced], usage_from(produced))
+        return [to_agent_message(m) for m in produced], usage_from(produced)
 
 
 def _events(items: Iterator[tuple[str, Any]], produced: list[BaseMessage]) -> Iterator[StreamEvent]:

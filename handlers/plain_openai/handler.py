@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import re
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
@@ -22,13 +21,12 @@ import openai
 from chatq.errors import ConfigError
 from chatq.settings import ECHO_MODEL, get_settings
 from handlers.base import AgentMessage, StreamEvent, StreamEventKind, Usage, empty_usage
-from handlers.chat_models.errors import invocation_error  # maps `openai` SDK errors; imports no LangChain
 from handlers.chat_models.http import model_http_client  # imports no LangChain either
 from handlers.context import ToolContext
 from handlers.deadline import Deadline
-from handlers.errors import EMPTY_REPLY, AgentInvocationError, HandlerError
-from handlers.prepared import PreparedTurnHandler
-from handlers.tokens import MESSAGE_OVERHEAD_TOKENS, count_tokens
+from handlers.echo import echo
+from handlers.errors import TOO_MANY_STEPS, AgentInvocationError
+from handlers.prepared import PreparedTurnHandler, Reply
 from handlers.tools import get_tool, run_tool
 from handlers.turn_input import TurnInput
 
@@ -38,51 +36,40 @@ MAX_MODEL_CALLS = 5
 """Model calls per invocation: bounds a model that loops on tools (LangGraph's recursion limit of
 10 graph steps allows the same number)."""
 
-TOO_MANY_STEPS = "The agent stopped: too many tool steps without a final answer."
 NO_KEY_PLACEHOLDER = "chatq-no-key"
-_WORD = re.compile(r"\s*\S+\s*|\s+")
 
 
 class PlainOpenAIHandler(PreparedTurnHandler):
     """The `plain_openai` framework: the same behaviour as `langgraph`, without a framework."""
 
-    def stream_turn(self, turn: TurnInput) -> Generator[StreamEvent, None, None]:
-        """Text events as tokens arrive, tool started/finished events, then exactly one final event."""
+    def run(self, turn: TurnInput) -> Generator[StreamEvent, None, Reply]:
+        """Text events as tokens arrive, tool started/finished events; returns the turn's messages and usage."""
         produced: list[AgentMessage] = []
         usage = empty_usage()
-        try:
-            messages: list[dict[str, Any]] = [{"role": "system", "content": turn.system_prompt}]
-            messages.extend(_to_openai(m) for m in turn.history)
-            messages.append({"role": "user", "content": turn.user_content})
-            if turn.retrieval is not None:
-                # The search already ran; it enters the conversation as if the model had called the tool.
-                started, finished = turn.retrieval.events()
-                yield started
-                produced += _tool_round(messages, "", [turn.retrieval.call], [turn.retrieval.output])
-                yield finished
-            for _ in range(MAX_MODEL_CALLS):
-                step = yield from _complete(turn.model, messages, turn.tools, turn.deadline)
-                for key in usage:
-                    usage[key] += step.usage.get(key, 0)
-                if not step.calls:
-                    if not step.text.strip():
-                        raise AgentInvocationError(EMPTY_REPLY)
-                    produced.append(AgentMessage(role="assistant", content=step.text))
-                    break
-                outputs: list[str] = []
-                for call in step.calls:
-                    turn.deadline.check()
-                    yield _tool_event(call, "started")
-                    outputs.append(_run(call, turn.tools, turn.tool_context))
-                    yield _tool_event(call, "finished")
-                produced += _tool_round(messages, step.text, step.calls, outputs)
-            else:
-                raise AgentInvocationError(TOO_MANY_STEPS)
-        except HandlerError:
-            raise  # AgentInvocationError as is; other HandlerErrors are bad input (not retried)
-        except Exception as exc:
-            raise invocation_error(exc, timeout=turn.timeout) from exc
-        yield turn.final_event(produced, usage)
+        messages: list[dict[str, Any]] = [{"role": "system", "content": turn.system_prompt}]
+        messages.extend(_to_openai(m) for m in turn.history)
+        messages.append({"role": "user", "content": turn.user_content})
+        if turn.retrieval is not None:
+            # The search already ran; it enters the conversation as if the model had called the tool.
+            started, finished = turn.retrieval.events()
+            yield started
+            produced += _tool_round(messages, "", [turn.retrieval.call], [turn.retrieval.output])
+            yield finished
+        for _ in range(MAX_MODEL_CALLS):
+            step = yield from _complete(turn.model, messages, turn.tools, turn.deadline)
+            for key in usage:
+                usage[key] += step.usage.get(key, 0)
+            if not step.calls:
+                produced.append(AgentMessage(role="assistant", content=step.text))
+                return produced, usage
+            outputs: list[str] = []
+            for call in step.calls:
+                turn.deadline.check()
+                yield _tool_event(call, "started")
+                outputs.append(_run(call, turn.tools, turn.tool_context))
+                yield _tool_event(call, "finished")
+            produced += _tool_round(messages, step.text, step.calls, outputs)
+        raise AgentInvocationError(TOO_MANY_STEPS)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -145,17 +132,11 @@ def _complete(
 
 
 def _echo(messages: list[dict[str, Any]]) -> Generator[StreamEvent, None, _Step]:
-    """chatq's offline `echo` model: the user's text back, word by word, with offline token counts."""
-    last_user = next((m for m in reversed(messages) if m["role"] == "user"), {"content": ""})
-    content = last_user["content"]
-    reply = content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
-    reply = reply or "(empty message)"
-    for word in _WORD.findall(reply):
-        yield StreamEvent(kind=StreamEventKind.TEXT, text=word)
-    prompt = sum(count_tokens(str(m.get("content") or "")) + MESSAGE_OVERHEAD_TOKENS for m in messages)
-    completion = count_tokens(reply)
-    usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-    return _Step(text=reply, calls=[], usage=usage)
+    """chatq's offline `echo` model (`handlers.echo`), answered here instead of a request."""
+    reply = echo((m["role"], m.get("content")) for m in messages)
+    for chunk in reply.chunks:
+        yield StreamEvent(kind=StreamEventKind.TEXT, text=chunk)
+    return _Step(text=reply.text, calls=[], usage=reply.usage)
 
 
 def _parse_call(raw: Mapping[str, str]) -> dict[str, Any]:

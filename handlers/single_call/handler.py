@@ -16,12 +16,10 @@ from collections.abc import Generator
 from langchain_core.messages import AIMessageChunk, SystemMessage
 
 from handlers.base import StreamEvent, StreamEventKind
-from handlers.chat_models.errors import invocation_error
 from handlers.chat_models.messages import content_text, to_agent_message, usage_from
 from handlers.chat_models.models import get_chat_model
-from handlers.chat_models.turn import collect, conversation, is_empty, stream_model
-from handlers.errors import EMPTY_REPLY, AgentInvocationError, HandlerError
-from handlers.prepared import PreparedTurnHandler
+from handlers.chat_models.turn import collect, conversation, stream_model
+from handlers.prepared import PreparedTurnHandler, Reply
 from handlers.turn_input import TurnInput
 
 __all__ = ["SingleCallHandler"]
@@ -34,28 +32,20 @@ class SingleCallHandler(PreparedTurnHandler):
 
     calls_tools = False
 
-    def stream_turn(self, turn: TurnInput) -> Generator[StreamEvent, None, None]:
-        """Text events as tokens arrive, then one final event."""
+    def run(self, turn: TurnInput) -> Generator[StreamEvent, None, Reply]:
+        """Text events as tokens arrive; returns the one reply and its usage."""
+        if turn.retrieval is not None:
+            # The search already ran and closes the system prompt; it is reported like a tool call.
+            yield from turn.retrieval.events()
+        llm = get_chat_model(turn.model)
+        messages = [SystemMessage(content=turn.system_prompt), *conversation(turn)]
         chunks: list[AIMessageChunk] = []
-        try:
-            if turn.retrieval is not None:
-                # The search already ran and closes the system prompt; it is reported like a tool call.
-                yield from turn.retrieval.events()
-            llm = get_chat_model(turn.model)
-            messages = [SystemMessage(content=turn.system_prompt), *conversation(turn)]
-            for chunk in stream_model(llm, messages, turn.deadline):
-                chunks.append(chunk)
-                if text := content_text(chunk.content):
-                    yield StreamEvent(kind=StreamEventKind.TEXT, text=text)
-            message = collect(chunks)
-        except HandlerError:
-            # AgentInvocationError as is; any other HandlerError is bad input that a retry cannot
-            # fix, so it keeps its own type for the worker.
-            raise
-        except Exception as exc:
-            raise invocation_error(exc, timeout=turn.timeout) from exc
-        if is_empty(message) or message.tool_calls:
-            # No tools are bound, so a tool call here means the server ignored that: no usable reply.
-            raise AgentInvocationError(EMPTY_REPLY)
+        for chunk in stream_model(llm, messages, turn.deadline):
+            chunks.append(chunk)
+            if text := content_text(chunk.content):
+                yield StreamEvent(kind=StreamEventKind.TEXT, text=text)
+        # No tools are bound: a tool call in the reply means the server ignored that, and the
+        # template refuses it as no answer.
+        message = collect(chunks)
         logger.debug("none handler: session %s replied (%d history messages)", turn.session.id, len(turn.history))
-        yield turn.final_event([to_agent_message(message)], usage_from([message]))
+        return [to_agent_message(message)], usage_from([message])

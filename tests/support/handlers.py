@@ -12,7 +12,7 @@ from handlers.prepared import PreparedTurnHandler
 from tests.support.env import environ
 
 STREAM_ONLY_PLUGIN = "tests.support.stream_only"
-"""The plugin module that registers the `stream_only` framework (an adapter with only `stream_turn`)."""
+"""The plugin module that registers the `stream_only` framework (an adapter with only `run`)."""
 PORTED_PLUGIN = "tests.support.ported"
 """The plugin module that registers `ported_invoke` and `ported_stream`: plain handlers, written to
 `handlers.base.BaseAgentHandler` alone (tests never import it, or its frameworks would stay registered)."""

@@ -1,4 +1,4 @@
-"""A plugin framework (CHATQ_PLUGINS=tests.support.stream_only): an adapter that writes only `stream_turn`.
+"""A plugin framework (CHATQ_PLUGINS=tests.support.stream_only): an adapter that writes only `run`.
 
 Importing the module registers the framework `stream_only`, as any CHATQ_PLUGINS module would, so
 tests never import it themselves: `tests.support.handlers.plugin_installed` names it in
@@ -9,11 +9,11 @@ history messages, the system prompt's first line), so a test can tell that the i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 
 from handlers import register_framework
 from handlers.base import AgentMessage, StreamEvent, StreamEventKind
-from handlers.prepared import PreparedTurnHandler
+from handlers.prepared import PreparedTurnHandler, Reply
 from handlers.tokens import count_tokens
 from handlers.turn_input import TurnInput
 
@@ -30,14 +30,14 @@ def reply_to(turn: TurnInput) -> str:
 class StreamOnlyHandler(PreparedTurnHandler):
     """The whole adapter: one method."""
 
-    def stream_turn(self, turn: TurnInput) -> Iterator[StreamEvent]:
+    def run(self, turn: TurnInput) -> Generator[StreamEvent, None, Reply]:
         reply = reply_to(turn)
         for word in reply.split(" "):
             turn.deadline.check()
             yield StreamEvent(kind=StreamEventKind.TEXT, text=f"{word} ")
         prompt, completion = count_tokens(turn.system_prompt + turn.user_message), count_tokens(reply)
         usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-        yield turn.final_event([AgentMessage(role="assistant", content=reply)], usage)
+        return [AgentMessage(role="assistant", content=reply)], usage
 
 
 register_framework(FRAMEWORK, LABEL, f"{__name__}:StreamOnlyHandler")

@@ -1,7 +1,8 @@
-"""The parts of the OpenAPI document shared by every endpoint; the paths come from the endpoints' docstrings.
+"""The parts of the OpenAPI document shared by every endpoint; the paths come from the route table.
 
-Each endpoint's docstring ends in `---` and a YAML operation object; Starlette's SchemaGenerator
-collects them into `GET /openapi.json`.
+Each row of `worker/gateway/routes.py` becomes one operation (`worker/gateway/routing.py`), which
+refers to the parameters, responses and schemas here; a request body's schema here is also the
+list of fields the endpoint accepts.
 """
 
 from __future__ import annotations

@@ -237,6 +237,6 @@ def json_error(status: int, message: str, headers: dict[str, str] | None = None)
     return JSONResponse({"error": safe}, status_code=status, headers=headers)
 
 
-async def threaded(function: Callable[..., T], *args: Any) -> T:
+async def threaded(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a blocking call (Postgres, the Celery send) in the thread pool."""
-    return await run_in_threadpool(function, *args)
+    return await run_in_threadpool(function, *args, **kwargs)

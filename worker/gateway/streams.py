@@ -1,7 +1,8 @@
 """The gateway's Server-Sent Events endpoints: one turn's events, and a session's events live.
 
 Redis is read through `redis.asyncio` (no thread per open stream); Postgres, for a turn whose
-replay stream has expired, is read in the thread pool.
+replay stream has expired, is read in the thread pool. Both run behind the route table's prologue
+(`worker/gateway/routing.py`), which accepts the token as `?access_token=` too.
 """
 
 from __future__ import annotations
@@ -10,12 +11,12 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
 from starlette.responses import Response
 
 from worker.errors import TurnNotFound
 from worker.events import encode_event, turn_stream
 from worker.gateway import store
+from worker.gateway.routing import Call
 from worker.gateway.session_stream import SessionCursor, session_events
 from worker.gateway.sse import (
     FINISHED_STATUSES,
@@ -30,42 +31,17 @@ from worker.gateway.sse import (
     terminal_from_report,
     turn_events,
 )
-from worker.gateway.state import gateway_of, last_event_id, path_uuid, threaded
+from worker.gateway.state import last_event_id, threaded
 
 __all__ = ["stream_session", "stream_turn"]
 
 
-async def stream_turn(request: Request) -> Response:
-    """The events of one turn as Server-Sent Events, from its first event to its terminal one.
-    ---
-    summary: Stream a turn's events (SSE)
-    description: >-
-      Each message has `id:` = the event's `seq` and `data:` = the event's JSON. With
-      `Last-Event-ID: N` (EventSource sends it when it reconnects) the stream resumes after event N
-      with nothing lost or repeated. The stream closes after the `final`, `error` or `cancelled`
-      event; a reconnect after that gets 204 (which tells EventSource to stop). If the turn's replay
-      stream has expired, its terminal event is rebuilt from Postgres (`"seq": null`, `"source": "postgres"`).
-    tags: [events]
-    security: [{bearer: []}, {accessToken: []}]
-    parameters:
-      - {$ref: "#/components/parameters/TurnId"}
-      - {$ref: "#/components/parameters/LastEventIdHeader"}
-      - {$ref: "#/components/parameters/LastEventIdQuery"}
-      - {$ref: "#/components/parameters/AccessToken"}
-    responses:
-      "200": {$ref: "#/components/responses/EventStream"}
-      "204": {description: the turn ended at or before Last-Event-ID}
-      "401": {$ref: "#/components/responses/Error401"}
-      "404": {$ref: "#/components/responses/Error404"}
-      "422": {$ref: "#/components/responses/Error422"}
-      "503": {$ref: "#/components/responses/Error503"}
-    """
+async def stream_turn(call: Call) -> Response:
+    """The events of one turn as Server-Sent Events, from its first event to its terminal one."""
     from worker.queries import turn_report
 
-    gateway = gateway_of(request)
-    tenant = gateway.authorize(request, query_ok=True)
-    turn_id = path_uuid(request, "turn_id", "turn")
-    raw_after = last_event_id(request)
+    gateway, tenant, turn_id = call.gateway, call.tenant, call.turn_id
+    raw_after = last_event_id(call.request)
     try:
         after = parse_last_event_id(raw_after) if raw_after is not None else 0
     except ValueError as exc:
@@ -105,34 +81,10 @@ async def _single(data: str) -> AsyncGenerator[bytes, None]:
     yield encode_frame(data)
 
 
-async def stream_session(request: Request) -> Response:
-    """The events of every turn of a session as Server-Sent Events, live.
-    ---
-    summary: Stream a session's events (SSE)
-    description: >-
-      A new stream starts with the session's unfinished turns from their first event (so a page
-      opened mid-reply sees the whole reply), then follows the session live; it never ends by itself.
-      Each message's `id:` is a cursor `W:S[,P:S]...` (turn positions with the last `seq` delivered;
-      turns before position W are complete). Reconnecting with it as `Last-Event-ID` resumes with
-      nothing lost or repeated, as long as the turns' replay streams are kept (CHATQ_EVENT_RETENTION).
-    tags: [events]
-    security: [{bearer: []}, {accessToken: []}]
-    parameters:
-      - {$ref: "#/components/parameters/SessionId"}
-      - {$ref: "#/components/parameters/LastEventIdHeader"}
-      - {$ref: "#/components/parameters/LastEventIdQuery"}
-      - {$ref: "#/components/parameters/AccessToken"}
-    responses:
-      "200": {$ref: "#/components/responses/EventStream"}
-      "401": {$ref: "#/components/responses/Error401"}
-      "404": {$ref: "#/components/responses/Error404"}
-      "422": {$ref: "#/components/responses/Error422"}
-      "503": {$ref: "#/components/responses/Error503"}
-    """
-    gateway = gateway_of(request)
-    tenant = gateway.authorize(request, query_ok=True)
-    session_id = path_uuid(request, "session_id", "session")
-    raw_cursor = last_event_id(request)
+async def stream_session(call: Call) -> Response:
+    """The events of every turn of a session as Server-Sent Events, live."""
+    gateway, tenant, session_id = call.gateway, call.tenant, call.session_id
+    raw_cursor = last_event_id(call.request)
     try:
         cursor = SessionCursor.parse(raw_cursor) if raw_cursor is not None else None
     except ValueError as exc:
@@ -168,6 +120,3 @@ async def stream_session(request: Request) -> Response:
         position_of=position_of,
     )
     return EventStreamResponse(frames, closing=gateway.closing)
-
-
-# ------------------------------------------------------------------------------ errors, the app

@@ -15,6 +15,9 @@ __all__ = ["storable_message", "validate_reply"]
 def validate_reply(messages: object, usage: object) -> tuple[list[AgentMessage], Usage]:
     """Hold handlers to the contract: a non-empty list of AgentMessage and integer usage.
 
+    This is the worker's check for any handler's final event (a plain handler's especially);
+    whether a reply is an answer at all is the adapters' template's (`handlers.prepared.is_answer`).
+
     What the model returned is made storable: characters Postgres cannot hold (NUL, lone
     surrogates) in text, tool-call arguments, tool outputs and citations become U+FFFD, and token
     counts are kept within Postgres integers. Anything else Postgres refuses fails the turn once.

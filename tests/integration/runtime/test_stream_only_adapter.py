@@ -1,4 +1,4 @@
-"""An adapter that writes only `stream_turn(turn)`, plugged in through CHATQ_PLUGINS, runs end to end
+"""An adapter that writes only `run(turn)`, plugged in through CHATQ_PLUGINS, runs end to end
 through the runner in this process: `execute_turn` against the real Postgres and Redis.
 
 The adapter (`tests.support.stream_only`) calls no model; its reply states what the prepared input

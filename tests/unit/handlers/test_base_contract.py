@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import uuid
-from collections.abc import AsyncGenerator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Generator, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -13,7 +13,7 @@ import pytest
 from handlers import FRAMEWORK_CHOICES, load_handler_class, register_framework, unregister_framework
 from handlers.base import AgentMessage, BaseAgentHandler, SessionInfo, StreamEvent, StreamEventKind, Usage
 from handlers.errors import HandlerError, InvalidHandler
-from handlers.prepared import PreparedTurnHandler
+from handlers.prepared import PreparedTurnHandler, Reply
 from handlers.turn_input import TurnInput
 
 SESSION = SessionInfo(id=uuid.uuid4(), agent_framework="ported", model="echo")
@@ -71,12 +71,13 @@ def test_a_handler_missing_a_required_method_cannot_be_made() -> None:
         StreamOnly(SESSION)  # type: ignore[abstract]
 
 
-def test_an_adapter_writes_only_stream_turn_and_honours_the_contract() -> None:
+def test_an_adapter_writes_only_run_and_honours_the_contract() -> None:
     class Adapter(PreparedTurnHandler):
-        def stream_turn(self, turn: TurnInput) -> Iterator[StreamEvent]:
-            yield turn.final_event([AgentMessage(role="assistant", content="x")], {})
+        def run(self, turn: TurnInput) -> Generator[StreamEvent, None, Reply]:
+            yield StreamEvent(kind=StreamEventKind.TEXT, text="x")
+            return [AgentMessage(role="assistant", content="x")], {}
 
-    assert PreparedTurnHandler.__abstractmethods__ == frozenset({"stream_turn"})
+    assert PreparedTurnHandler.__abstractmethods__ == frozenset({"run"})
     adapter = Adapter(SESSION)
     assert isinstance(adapter, BaseAgentHandler)
     assert inspect.isasyncgen(adapter.astream("hi"))  # created, not started: nothing runs
@@ -88,7 +89,9 @@ def test_an_adapter_writes_only_stream_turn_and_honours_the_contract() -> None:
 def test_chatq_adapters_are_prepared_turn_handlers(framework: str) -> None:
     handler_class = load_handler_class(framework)
     assert issubclass(handler_class, PreparedTurnHandler)
-    assert "stream_turn" in vars(handler_class) and "stream" not in vars(handler_class)
+    assert "run" in vars(handler_class)
+    # The template and the contract's methods are the base's, never an adapter's own.
+    assert not {"stream_turn", "stream", "invoke", "astream"} & set(vars(handler_class))
 
 
 class WrittenForTheOldShape(BaseAgentHandler):

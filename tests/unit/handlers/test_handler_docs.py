@@ -83,4 +83,4 @@ def test_the_plain_handler_example_defines_a_complete_handler_and_registers_it()
 def test_the_adapter_example_is_a_prepared_turn_handler() -> None:
     [example] = [code for code in _blocks() if "class PlainOpenAIHandler(" in code]
     assert "class PlainOpenAIHandler(PreparedTurnHandler):" in example
-    assert "def stream_turn(self, turn: TurnInput)" in example
+    assert "def run(self, turn: TurnInput)" in example
