@@ -2,7 +2,7 @@
 
 `create_app` makes its routes from `ROUTES` (each behind the shared prologue of
 `worker/gateway/routing.py`), and `openapi` builds the document's paths from the same rows. A new
-endpoint is one row here; the tenant walk (tests/integration/gateway/test_tenant_walk.py) then
+endpoint is one row here; the tenant walk (tests/integration/tenants/test_tenant_walk.py) then
 asks for a probe of it when its path names an object.
 """
 
