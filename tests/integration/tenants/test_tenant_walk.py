@@ -4,7 +4,8 @@ code and body, ids substituted), its own as something found.
 
 The gateway runs in this process (uvicorn on a thread, the real app, Postgres and Redis); no
 worker is needed, turns stay queued. This file is a package of its own so that no package-scoped
-worker of another package (the gateway's) is alive to run those turns during the walk. Before this walk, a turn id of another tenant answered 409
+worker of another package (the gateway's) is alive to run those turns during the walk.
+Before this walk, a turn id of another tenant answered 409
 naming that tenant's session, and any tenant attached and probed any knowledge base by name.
 """
 
