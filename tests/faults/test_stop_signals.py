@@ -117,3 +117,39 @@ def test_any_mix_of_stop_signals_is_one_warm_shutdown_without_a_hang(workers: Wo
     handed_back = sum(1 for turn_id in turns if any(e["type"] == "retry" for e in replay_events(redis_url, turn_id)))
     assert handed_back > 0
     print(f"{len(turns)} turns, {handed_back} handed back at least once, all answered once")
+
+
+BACKLOG = 152
+"""Queued turns behind the running ones (the issue's figure)."""
+
+
+def _started(redis_url: str, turn_ids: list[uuid.UUID]) -> int:
+    """How many of these turns were ever started (a `started` event in their replay stream)."""
+    return sum(1 for turn_id in turn_ids if any(e["type"] == "started" for e in replay_events(redis_url, turn_id)))
+
+
+@pytest.mark.timeout(240)
+def test_turns_that_start_during_a_warm_shutdown_are_handed_back_not_run(workers: Workers, redis_url: str) -> None:
+    """Issue 34: with 152 turns queued, SIGTERM took 31.9 s (3.4 s without them)."""
+    leaving = workers.launch(concurrency=4, env=ENV).wait_ready()
+    sessions = [create_session(framework="langgraph", model=STUB_MODEL) for _ in range(BACKLOG)]
+    turns = [submit_turn(s, f"backlog #{i} [words: 30] [slow: 0.1]").turn_id for i, s in enumerate(sessions)]
+    deadline = time.monotonic() + 60
+    while _running_on(leaving, turns) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    before = _started(redis_url, turns)
+    started = time.monotonic()
+    assert leaving.process is not None
+    leaving.process.send_signal(signal.SIGTERM)
+    code = leaving.process.wait(EXIT_PATIENCE)
+    seconds = time.monotonic() - started
+    after = _started(redis_url, turns)
+    finished = sum(1 for row in load_turns(turns).values() if row.finished_at is not None)
+    print(
+        f"\nSIGTERM with {BACKLOG} queued: exit {code} after {seconds:.2f}s; {after - before} turns claimed "
+        f"during the shutdown, {finished} finished; load {os.getloadavg()}"
+    )
+    assert code == 0, leaving.log()[-3000:]
+    # Each turn started during the shutdown would have run (or been cut short) instead of going straight back.
+    assert after == before, leaving.log()[-3000:]
+    assert seconds < LEASE / 2
