@@ -17,6 +17,7 @@ import time
 import uuid
 from collections import Counter
 from datetime import datetime
+from typing import Any
 
 import pytest
 import redis
@@ -135,7 +136,8 @@ def _started_after(redis_url: str, turn_ids: list[uuid.UUID], moment: float) -> 
     late: list[float] = []
     try:
         for turn_id in turn_ids:
-            for entry_id, fields in client.xrange(f"chatq:events:{turn_id}"):
+            entries: list[Any] = client.xrange(f"chatq:events:{turn_id}")
+            for entry_id, fields in entries:
                 at = int(entry_id.split(b"-")[0]) / 1000
                 if json.loads(fields[b"event"])["type"] == "started" and at > moment:
                     late.append(round(at - moment, 3))

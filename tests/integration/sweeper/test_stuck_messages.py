@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import redis
@@ -60,7 +61,7 @@ def _submitted_long_ago(client: redis.Redis) -> uuid.UUID:
 
 def _taken_by_a_worker_that_stopped(client: redis.Redis, turn_id: uuid.UUID, *, seconds_ago: float) -> str:
     """What kombu does on taking a message (BRPOP, then unacked + unacked_index), and no more."""
-    raw = client.rpop("chatq")
+    raw: Any = client.rpop("chatq")
     assert raw is not None and json.loads(raw)["headers"]["id"] == str(turn_id)
     message = json.loads(raw)
     tag = str(uuid.uuid4())
