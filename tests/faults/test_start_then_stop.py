@@ -35,7 +35,7 @@ def test_a_turn_left_by_workers_stopped_at_their_start_runs_within_the_grace(wor
         time.sleep(rng.uniform(1.0, 4.0))
         assert worker.process is not None
         os.killpg(worker.process.pid, signal.SIGINT if cycle % 2 else signal.SIGTERM)
-        assert worker.process.wait(60) in (0, -signal.SIGTERM, -signal.SIGINT), worker.log()[-3000:]
+        worker.process.wait(60)  # any status: a Ctrl-C during its imports aborts it (click's "Aborted!")
     stopped_at = time.monotonic()
     workers.one(env={"CHATQ_WORKER_SWEEP": "on"})
     row = wait_finished([turn.turn_id], timeout=60)[turn.turn_id]
