@@ -26,7 +26,7 @@ CYCLES = int(os.environ.get("CHATQ_START_STOP_CYCLES", "6"))
 @pytest.mark.timeout(120 + CYCLES * 30)
 def test_a_turn_left_by_workers_stopped_at_their_start_runs_within_the_grace(workers: Workers) -> None:
     session_id = create_session(framework="langgraph", model=STUB_MODEL)
-    turn = submit_turn(session_id, "hello [words: 3]")
+    turn = submit_turn(session_id, "hello [words: 40] [slow: 0.1]")  # longer than any brief life
     rng = random.Random(34)
     for cycle in range(CYCLES):
         if load_turns([turn.turn_id])[turn.turn_id].status.value == "succeeded":

@@ -11,7 +11,8 @@ right after Celery installs them with `StopRequests.record`, which only puts the
 `queue.SimpleQueue` (its `put` is documented reentrant: safe to interrupt by another `put`). The
 `chatq-stop` thread takes the requests off the queue:
 
-- the first SIGINT or SIGTERM starts one warm shutdown: `worker_shutting_down` is dispatched
+- the first SIGINT or SIGTERM starts one warm shutdown (on a thread of its own, so the next
+  request is heard whatever a receiver does): `worker_shutting_down` is dispatched
   (running turns are handed back, worker/ops/signals.py; the sweep timer stops), then Celery's
   consumer loop is asked to stop (`state.should_stop`), and the worker exits 0;
 - further SIGINT/SIGTERM within `ESCALATION_GRACE` seconds of the first are the same request
@@ -83,7 +84,8 @@ class StopRequests:
         if signum != signal.SIGQUIT:
             if self.warm_at is None:
                 self.warm_at = now
-                self.warm(worker, signum)
+                # On a thread of its own: a receiver that blocks must not keep a cold stop from being heard.
+                threading.Thread(target=self.warm, args=(worker, signum), name="chatq-warm-stop", daemon=True).start()
                 return True
             if now - self.warm_at < self.grace:
                 log.info("%s: the warm shutdown is already under way", _name(signum))

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from typing import Any
 
 from tests.support.workers import ROOT
@@ -62,9 +63,11 @@ class Recorder(StopRequests):
     def __init__(self) -> None:
         super().__init__(grace=3.0)
         self.done: list[tuple[str, int]] = []
+        self.warmed = threading.Event()
 
     def warm(self, worker: Any, signum: int) -> None:
         self.done.append(("warm", signum))
+        self.warmed.set()
 
     def cold(self, worker: Any, signum: int) -> None:
         self.done.append(("cold", signum))
@@ -75,6 +78,7 @@ def test_requests_within_the_grace_are_one_warm_shutdown_and_a_later_one_is_cold
     monkeypatch.setattr("worker.ops.stopping.time.monotonic", lambda: clock[0])
     requests = Recorder()
     assert requests.handle(None, signal.SIGINT)
+    assert requests.warmed.wait(5)
     clock[0] += 1.0
     assert requests.handle(None, signal.SIGTERM)
     assert requests.handle(None, signal.SIGINT)
