@@ -97,10 +97,6 @@ task_routes = {
 worker_send_task_events = True
 task_send_sent_event = False
 
-# On SIGTERM finish running turns; on a second signal (cold shutdown) give them this long to
-# hand their turns back before the process exits (Celery's soft shutdown).
-worker_soft_shutdown_timeout = 10.0
-worker_enable_soft_shutdown_on_idle = False
 
 # Plugins register tools or agent frameworks when the worker starts (CHATQ_PLUGINS).
 imports = _settings.plugins

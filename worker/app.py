@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+from functools import cached_property
+from typing import Any
+
 from celery import Celery
+
+
+class ChatqCelery(Celery):
+    """Celery's app, whose worker application handles stop signals as chatq needs (worker/ops/stopping.py)."""
+
+    @cached_property
+    def Worker(self) -> Any:
+        """`celery worker`'s application class: Celery's, with signal handlers that only record a stop."""
+        from worker.ops.stopping import Worker
+
+        return self.subclass_with_self(Worker)
+
 
 # worker.runtime.sweep_timer connects the in-worker sweep's signal handlers (loaded at worker start,
 # after the app exists).
 # ChatqEvents: Celery's task-event dispatcher without the race that drops events (chatq.shortcuts.celery_events).
-app = Celery(
+app = ChatqCelery(
     "chatq",
     include=["worker.runtime.tasks", "worker.runtime.sweep_timer"],
     events="chatq.shortcuts.celery_events:ChatqEvents",

@@ -5,8 +5,10 @@ other cores idle. `chatq worker` therefore starts one Celery worker (thread pool
 run on, each under its own node name (`name-1@host`, `name-2@host`, ...: leases, `turns.worker` and
 the poison rule tell the processes apart, and the host part stays the machine's), and:
 
-- forwards the first SIGTERM or SIGINT to every child as SIGTERM (Celery's warm shutdown: running
-  turns are handed back, worker/ops/signals.py) and a second one as SIGQUIT (cold shutdown);
+- forwards the first SIGTERM or SIGINT to every child as SIGTERM (the warm shutdown: running
+  turns are handed back, worker/ops/stopping.py) and one that comes `ESCALATION_GRACE` seconds or
+  more later as SIGQUIT (cold shutdown); its handler only records the signal, the loop forwards it.
+  A Ctrl-C reaches the children both from the terminal and from here: they take both as one request;
 - starts a child again when it dies while the service runs (after 1 s, doubling up to 30 s while
   it keeps dying within its first 10 s);
 - stops every child and exits with the child's status when a child rejects its options;
@@ -36,6 +38,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from queue import Empty, SimpleQueue
 from types import FrameType
 
 from worker.errors import CliError
@@ -48,6 +51,9 @@ QUICK_DEATH = 10.0
 """A child that dies sooner than this after its start is backed off before the next start."""
 MAX_BACKOFF = 30.0
 POLL_INTERVAL = 0.1
+ESCALATION_GRACE = 3.0
+"""A stop signal this many seconds or more after the first is forwarded as SIGQUIT (cold); as the
+children's own grace (worker/ops/stopping.py), so a Ctrl-C's two copies never escalate."""
 _PR_SET_PDEATHSIG = 1
 
 
@@ -144,7 +150,11 @@ class Supervisor:
     """Called with the pid of each child that ended (the service's metrics drop its live gauges)."""
     children: list[Child] = field(default_factory=list)
     stopping: int = 0
-    """Shutdown signals received: 0 running, 1 warm shutdown, 2 or more cold."""
+    """Shutdown forwarded: 0 running, 1 warm shutdown, 2 cold."""
+    stop_requests: SimpleQueue[int] = field(default_factory=SimpleQueue)
+    """Signals received, recorded by the handler (a reentrant `put`) and forwarded by the loop."""
+    first_stop_at: float = 0.0
+    """time.monotonic() of the warm shutdown's forwarding."""
 
     def __post_init__(self) -> None:
         self.children = [Child(index=i, command=c) for i, c in enumerate(self.commands, start=1)]
@@ -170,20 +180,36 @@ class Supervisor:
                     child.process.send_signal(signum)
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        self.stopping += 1
-        # Warm first (hand back, exit), cold when asked twice, as Celery does for one worker.
-        self._signal_children(signal.SIGTERM if self.stopping == 1 else signal.SIGQUIT)
+        # Only record: a handler can run inside another one (or inside the loop's Popen calls).
+        self.stop_requests.put_nowait(signum)
+
+    def _forward_stop_requests(self) -> None:
+        """Warm first (hand back, exit), cold when asked again after the grace."""
+        while True:
+            try:
+                self.stop_requests.get_nowait()
+            except Empty:
+                return
+            now = time.monotonic()
+            if not self.stopping:
+                self.stopping, self.first_stop_at = 1, now
+                self._signal_children(signal.SIGTERM)
+            elif self.stopping == 1 and now - self.first_stop_at >= ESCALATION_GRACE:
+                self.stopping = 2
+                self._signal_children(signal.SIGQUIT)
 
     def run(self) -> int:
         """Start every child, supervise them, and return the service's exit status."""
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._on_signal)
         for child in self.children:
+            self._forward_stop_requests()
             self._start(child)
         pids = ", ".join(str(c.process.pid) for c in self.children if c.process)
         self._say(f"started {len(self.children)} worker processes (pids {pids}); --processes N changes the count")
         failed: int | None = None
         while True:
+            self._forward_stop_requests()
             now = time.monotonic()
             for child in self.children:
                 if child.process is None:

@@ -1,4 +1,4 @@
-"""Celery signal handlers: logging set-up, adapter preloading, metrics, heap freezing, hand-back on shutdown.
+"""Celery signal receivers: logging set-up, adapter preloading, metrics, heap freezing, hand-back on shutdown.
 
 Imported by `worker.app`, so they are connected before the worker sets up logging.
 """
@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery.platforms import EX_FAILURE, EX_OK
 from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
@@ -17,7 +16,6 @@ from celery.signals import (
     worker_init,
     worker_process_init,
     worker_ready,
-    worker_shutdown,
     worker_shutting_down,
 )
 
@@ -78,34 +76,14 @@ def _freeze_startup_heap(**_: Any) -> None:
 
 @worker_shutting_down.connect
 def _hand_back_on_shutdown(sig: str | None = None, how: str | None = None, **_: Any) -> None:
-    """On SIGTERM/SIGINT/SIGQUIT, running turns go back to the queue at their next chunk.
+    """On SIGTERM/SIGINT, running turns go back to the queue at their next chunk.
 
     A rolling deploy then waits for no turn to finish and loses none: each interrupted turn is
-    requeued in Postgres and sent again at once, and the next worker starts it over.
+    requeued in Postgres and sent again at once, and the next worker starts it over. Dispatched on
+    the `chatq-stop` thread, never inside a signal handler (worker/ops/stopping.py).
     """
     log.info("worker shutting down (%s, %s): handing running turns back", how, sig)
     begin_hand_back()
-
-
-_shutdown_by: dict[str, str | None] = {"sig": None, "how": None}
-"""The signal and kind (Warm/Cold) of the shutdown in progress, as Celery announced it."""
-
-
-@worker_shutting_down.connect
-def _remember_shutdown(sig: str | None = None, how: str | None = None, **_: Any) -> None:
-    _shutdown_by.update(sig=sig, how=how)
-
-
-@worker_shutdown.connect
-def _ctrl_c_is_a_clean_stop(sender: Any = None, **_: Any) -> None:
-    """A warm shutdown by Ctrl-C exits 0, as one by SIGTERM does.
-
-    Celery (5.5, 5.6) ends the warm shutdown of a first SIGINT with exit status 1, which makes
-    `make run` report `Error 1` when its user stops it. A second Ctrl-C (cold shutdown) still
-    exits 1. If Celery changes either, this leaves its exit status alone.
-    """
-    if _shutdown_by == {"sig": "SIGINT", "how": "Warm"} and getattr(sender, "exitcode", None) == EX_FAILURE:
-        sender.exitcode = EX_OK
 
 
 @task_received.connect

@@ -1,7 +1,10 @@
 """Sent-markers: Redis keys that say a turn's task message is waiting in the queue.
 
 The sweeper reads a queued turn without a marker as "its message was lost" and sends it again;
-a worker drops the marker when it takes the message (`worker.ops.signals`).
+a worker drops the marker when it takes the message (`worker.ops.signals`). A marker outlives its
+message when the worker that took the message stopped before Celery received it (the message is
+then stuck in kombu's `unacked` hash, `worker.runtime.unacked`) or when the message was lost on
+its way out of Redis: `still_waiting` does not believe a marker in either case.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ from collections.abc import Sequence
 from redis import RedisError
 
 from worker.events import get_redis
+from worker.payload import QUEUES
+from worker.runtime import unacked
 
-__all__ = ["SENT_MARKER_TTL", "in_queue", "mark_taken", "sent_marker", "set_markers"]
+__all__ = ["SENT_MARKER_TTL", "in_queue", "mark_taken", "sent_marker", "set_markers", "still_waiting"]
 
 SENT_MARKER_TTL = 24 * 3600
 
@@ -56,3 +61,39 @@ def set_markers(turn_ids: Sequence[str]) -> None:
         for turn_id in turn_ids:
             pipe.set(sent_marker(turn_id), "1", ex=SENT_MARKER_TTL)
         pipe.execute()
+
+
+def still_waiting(
+    turn_ids: Sequence[uuid.UUID], *, grace: float, stuck: dict[uuid.UUID, list[bytes]] | None = None
+) -> set[uuid.UUID]:
+    """Which of these turns' messages are waiting in a queue, as far as Redis can tell (the sweeper's view).
+
+    A marked turn is not waiting when its message was taken more than `grace` seconds ago and never
+    acknowledged (its worker stopped before Celery received it: those copies go into `stuck`, for
+    the sweeper to forget once it sent the turn again), nor when its marker is older than `grace`
+    while no chatq queue holds any message at all (the message was lost on its way to a worker).
+    """
+    marked = in_queue(turn_ids)
+    if not marked:
+        return marked
+    try:
+        client = get_redis()
+        taken = unacked.taken_long_ago(client, marked, older_than=grace)
+        if stuck is not None:
+            stuck.update(taken)
+        marked.difference_update(taken)
+        if marked and not any(client.llen(queue) for queue in QUEUES):
+            pipe = client.pipeline(transaction=False)
+            ordered = list(marked)
+            for turn_id in ordered:
+                pipe.pttl(sent_marker(turn_id))
+            left = pipe.execute()
+            # A marker's age is what its TTL lost since it was set.
+            marked = {
+                turn_id
+                for turn_id, ms in zip(ordered, left, strict=True)
+                if ms > 0 and SENT_MARKER_TTL - ms / 1000 < grace
+            }
+    except RedisError:
+        return marked
+    return marked

@@ -139,7 +139,19 @@ def _execute(request: TurnRequest, *, queue: str, worker: str, runtime: Runtime)
     if claimed.claim is None:
         log.debug("turn %s: nothing to claim (%s)", request.turn_id, status.value)
         return Result(outcome=Outcome.SKIPPED)
+    if handing_back():
+        # The shutdown began while this turn was being claimed: it goes back before it starts.
+        return give_back_unstarted(claimed.claim, runtime=runtime)
     return run_admitted(claimed.claim, runtime=runtime)
+
+
+def give_back_unstarted(claim: claims.Claim, *, runtime: Runtime) -> Result:
+    """Requeue a claimed turn that has not started (no `started` event yet) and send it again."""
+    if not claims.requeue_turn(claim, hand_back=True):
+        return Result(outcome=Outcome.LOST, attempt=claim.attempt)
+    send_turn(claim.to_message(), queue=claim.queue)
+    runtime.hooks.handed_back(hooks.HandedBack(turn=Facts.of_claim(claim), running=False))
+    return Result(outcome=Outcome.HANDED_BACK)
 
 
 def run_admitted(claim: claims.Claim, *, runtime: Runtime) -> Result:

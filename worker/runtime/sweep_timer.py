@@ -114,7 +114,8 @@ def _start_sweeping(**_: Any) -> None:
 
 @worker_shutting_down.connect
 def _stop_sweeping(**_: Any) -> None:
-    # Called from Celery's signal handler: only ask the timer to stop; worker_shutdown waits for it.
+    # Dispatched on the chatq-stop thread (worker/ops/stopping.py): ask the timer to stop and return,
+    # so the hand-back is not kept waiting; worker_shutdown waits for a sweep in progress.
     stop_worker_sweeps(wait=False)
 
 

@@ -2,8 +2,10 @@
 `chatq beat` can too, through the `chatq.sweep` task).
 
 Redis is only transport and keeps nothing on disk, so Postgres is searched for turns whose
-message can no longer arrive: runnable `queued` turns not sent for CHATQ_REQUEUE_GRACE seconds,
-and `running` turns whose lease ran out (their worker died). Both are sent again; the claim
+message can no longer arrive: runnable `queued` turns not sent for CHATQ_REQUEUE_GRACE seconds
+whose message is not waiting in a queue (`worker.runtime.markers.still_waiting`: a message taken
+by a worker that stopped before running it counts as lost), and `running` turns whose lease ran
+out (their worker died). Both are sent again; the claim
 decides who runs them, and a turn whose workers keep dying is failed there (CHATQ_MAX_DELIVERIES).
 It also publishes the terminal event of a turn that ended but whose publisher died before sending
 it (`repair_terminal_events`).
@@ -25,9 +27,9 @@ from sqlalchemy.orm import Session
 from chatq.settings import Settings, get_settings, mask_secrets
 from models.db import session_scope, unpooled_connection
 from models.tables import ChatMessage, Turn, TurnStatus
-from worker.runtime import bindings, claims, terminal_repair
+from worker.runtime import bindings, claims, terminal_repair, unacked
 from worker.runtime.dispatch import send_turns
-from worker.runtime.markers import in_queue
+from worker.runtime.markers import still_waiting
 from worker.runtime.turns import NextTurn, runs_next
 
 log = logging.getLogger(__name__)
@@ -70,7 +72,12 @@ def sweep_once(settings: Settings | None = None) -> SweepReport:
         declare_queues()
     except Exception as exc:
         log.warning("could not declare the queues: %s", exc)
-    resend, expired = stale_turns(grace_seconds=settings.requeue_grace, in_queue=in_queue)
+    stuck: dict[uuid.UUID, list[bytes]] = {}
+    resend, expired = stale_turns(
+        grace_seconds=settings.requeue_grace,
+        in_queue=lambda turn_ids: still_waiting(turn_ids, grace=settings.requeue_grace, stuck=stuck),
+    )
+    forget_stuck_copies([tag for turn in resend for tag in stuck.get(turn.turn_id, ())])
     for queue in {turn.queue for turn in resend}:
         send_turns([turn.to_message() for turn in resend if turn.queue == queue], queue=queue)
     from worker.ops import metrics
@@ -103,6 +110,18 @@ def repair_terminal_events(settings: Settings | None = None) -> int:
         return 0
     metrics.SWEEPER.labels("repaired_event").inc(len(repaired))
     return len(repaired)
+
+
+def forget_stuck_copies(tags: Sequence[bytes]) -> None:
+    """Drop the copies of re-sent turns stuck in kombu's unacked set, so none comes back in an hour."""
+    if not tags:
+        return
+    from worker.events import get_redis
+
+    try:
+        unacked.forget(get_redis(), tags)
+    except Exception as exc:  # a stale copy only makes a harmless duplicate after the visibility timeout
+        log.warning("could not drop %d stuck message copies: %s", len(tags), mask_secrets(str(exc)))
 
 
 def purge_expired(settings: Settings | None = None) -> int:
