@@ -278,7 +278,9 @@ def wait_for_event(
 
 
 def _run(command: list[str], *, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    # From "/": as root the server's commands run as `postgres`, which may not enter the checkout
+    # (a clone in a 0700 folder).
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False, cwd="/")
 
 
 def _local(host: str | None) -> bool:
@@ -351,7 +353,9 @@ def postgres_control(database_url: str) -> PostgresControl | str:
                     stop_command=[*base, "stop"],
                     start_command=[*base, "start"],
                 )
-    data = ROOT / ".local" / "pg"
+    # scripts/services.sh may keep the cluster outside the checkout (root, a 0700 folder) and link
+    # .local/pg to it: `postgres` must be given the real paths, which it can reach.
+    data = (ROOT / ".local" / "pg").resolve()
     if (data / "PG_VERSION").is_file():
         pg_ctl = shutil.which("pg_ctl") or next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))), None)
         if pg_ctl is None:
@@ -360,7 +364,7 @@ def postgres_control(database_url: str) -> PostgresControl | str:
         base = [*run_as, str(pg_ctl), "-D", str(data), "-w"]
         # The server pg_ctl starts must log to a file, never to this test's pipes: it outlives the
         # test, and a server writing into a closed pipe (or a pipe nobody reads) hangs.
-        log_file = ["-l", str(ROOT / ".local" / "pg.log")]
+        log_file = ["-l", str((ROOT / ".local" / "pg.log").resolve())]
         return PostgresControl(
             host="127.0.0.1",
             port=port,
