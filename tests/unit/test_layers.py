@@ -164,9 +164,10 @@ WORKER_SHARED = {
         "webhook_urls",
     )
 }
-WORKER_ROOMS = ("runtime", "ops", "cli", "gateway")
+WORKER_ROOMS = ("store", "runtime", "ops", "cli", "gateway")
 ROOM_MAY_NOT_IMPORT = {
-    "shared": {"runtime", "ops", "cli", "gateway", "entry"},
+    "shared": {"store", "runtime", "ops", "cli", "gateway", "entry"},
+    "store": {"ops", "cli", "gateway"},
     "runtime": {"cli", "gateway"},
     "ops": {"cli", "gateway"},
     "cli": {"gateway"},

@@ -1,7 +1,7 @@
-"""What the transitions of `worker.runtime.claims` return: a claim and the outcomes of claiming and ending.
+"""What the transitions of `worker.store.claims` return: a claim and the outcomes of claiming and ending.
 
 Value objects only, apart from the transitions so that `claims.py` holds statements and rules alone;
-`worker.runtime.claims` re-exports them (`claims.Claim`, `claims.ClaimStatus`, ...).
+`worker.store.claims` re-exports them (`claims.Claim`, `claims.ClaimStatus`, ...).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from handlers.base import SessionInfo
 from worker.payload import task_message
-from worker.runtime.turns import NextTurn
+from worker.store.turns import NextTurn
 
 __all__ = ["Claim", "ClaimResult", "ClaimStatus", "Finished"]
 

@@ -1,8 +1,8 @@
-"""The statements behind `worker.runtime.claims`, each one transition of a turn's status (or its
-bookkeeping); only `worker.runtime.claims` executes them, as procrastinate keeps each job transition in
+"""The statements behind `worker.store.claims`, each one transition of a turn's status (or its
+bookkeeping); only `worker.store.claims` executes them, as procrastinate keeps each job transition in
 one SQL function its manager calls.
 
-The turn-order rule (`worker.runtime.turns.runs_next_sql`) is composed into them as it is into every
+The turn-order rule (`worker.store.turns.runs_next_sql`) is composed into them as it is into every
 other query about which turn a session runs next. Each is one statement, atomic on its own.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from sqlalchemy import BigInteger, Uuid, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
-from worker.runtime.turns import UNFINISHED_SQL, runs_next_sql
+from worker.store.turns import UNFINISHED_SQL, runs_next_sql
 
 FAST_CLAIM = text(
     f"""
@@ -40,7 +40,7 @@ FAST_CLAIM = text(
           AND t.session_id = coalesce(CAST(:session_id AS uuid), t.session_id)
           AND t.status = 'queued'
           AND NOT t.cancel_requested
-          -- Not poison: the negation of `worker.runtime.turns.poison_reason`.
+          -- Not poison: the negation of `worker.store.turns.poison_reason`.
           AND t.lone_crashes < :max_deliveries
           AND NOT (cardinality(t.crash_hosts) >= 2 AND t.deliveries >= :max_deliveries)
           AND {runs_next_sql("t")}

@@ -8,10 +8,10 @@ fail or cancel (`finish_turn`, `request_cancel`) -> failed / cancelled; take ove
 A finished turn never changes again: every statement here matches only unfinished turns.
 
 A claim takes a `queued` turn (or a `running` one whose lease expired) only when it is the turn its
-session runs next (`worker.runtime.turns.runs_next_sql`), under the session row lock; ending a turn
+session runs next (`worker.store.turns.runs_next_sql`), under the session row lock; ending a turn
 requires the claim's `lease_token`, so a worker that lost its lease (a zombie) cannot write a
-second reply. The statements themselves are in `worker.runtime.transition_sql`, the values the
-transitions return in `worker.runtime.claim_values`.
+second reply. The statements themselves are in `worker.store.transition_sql`, the values the
+transitions return in `worker.store.claim_values`.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from models.db import autocommit_scope, connection_scope, session_scope
 from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
 from worker.errors import InvalidTurn, SessionDeleted, SessionNotFound, TurnExists
 from worker.payload import TurnRequest, session_conflict
-from worker.runtime import transition_sql as sql
-from worker.runtime.claim_values import Claim, ClaimResult, ClaimStatus, Finished
 from worker.runtime.leases import renewal_interval
-from worker.runtime.turns import (
+from worker.store import transition_sql as sql
+from worker.store.claim_values import Claim, ClaimResult, ClaimStatus, Finished
+from worker.store.turns import (
     NextTurn,
     check_reply_to,
     ensure_session,
@@ -61,7 +61,7 @@ __all__ = [
     "requeue_turn",
     "take_over",
 ]
-"""The transitions, and the values they return (`worker.runtime.claim_values`)."""
+"""The transitions, and the values they return (`worker.store.claim_values`)."""
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ def claim_turn(
 def _claim_slow(
     turn_id: uuid.UUID, *, worker: str, expected_session: uuid.UUID | None = None, settings: Settings | None = None
 ) -> ClaimResult:
-    """The claim with every case spelled out (see `worker.runtime.transition_sql.FAST_CLAIM`): the
+    """The claim with every case spelled out (see `worker.store.transition_sql.FAST_CLAIM`): the
     cases it hands over."""
     settings = settings or get_settings()
     with session_scope() as db:

@@ -1,7 +1,7 @@
 """Turn rows in Postgres, read side: sessions, the rule of which turn a session runs next, finding
 that turn, and which crashes of a turn's workers count against it (poison).
 
-Postgres is the source of truth. Every change of a turn's status is made in `worker.runtime.claims`
+Postgres is the source of truth. Every change of a turn's status is made in `worker.store.claims`
 (the one module that writes `turns.status`); this module only reads, and marks a turn as sent.
 """
 
@@ -34,7 +34,7 @@ def runs_next_sql(turn: str = "turns", *, besides: str | None = None) -> str:
     runs next, the first unfinished one (unfinished, and no earlier turn of its session is).
 
     The one definition: every statement that asks "may this turn run, what runs next, where does
-    the session stand" is built on it (`worker.runtime.transition_sql` composes it into its statements).
+    the session stand" is built on it (`worker.store.transition_sql` composes it into its statements).
     `besides` (an SQL expression) names a turn to count as finished: one the same statement ends,
     which its snapshot still sees unfinished.
     """
@@ -162,7 +162,7 @@ def poison_reason(turn: Turn, *, max_deliveries: int) -> str | None:
     against the turn only when the turn is its likely cause: it was the only turn running on the
     worker that stopped (`lone_crashes`), or it stopped workers on more than one host (then every
     crash counts). A turn that merely ran beside others on a worker that died is not counted.
-    `worker.runtime.transition_sql.FAST_CLAIM` claims only turns for which this is None: keep the two agreeing.
+    `worker.store.transition_sql.FAST_CLAIM` claims only turns for which this is None: keep the two agreeing.
     """
     limit = f"(CHATQ_MAX_DELIVERIES={max_deliveries})"
     if turn.lone_crashes >= max_deliveries:
