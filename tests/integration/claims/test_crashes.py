@@ -4,7 +4,8 @@ A dead worker is simulated as it looks in Postgres: its turns stay `running` and
 last renewed together, run out. Another worker then takes them over, either by claiming the
 turn (a redelivered message finds the expired lease) or after the sweeper released it (its
 re-sent message claims it `queued`). Every case runs with both claim paths: `claim_turn` (the
-one-statement claim, falling back to the slow one) and `_claim_slow` alone.
+one-statement claim, falling back to the slow one) and `_claim_slow` alone (the read-only query
+that says why first, then the take-over, poison or claim statement it calls for).
 """
 
 from __future__ import annotations
