@@ -94,7 +94,7 @@ def _fill(session_id: uuid.UUID, turns: int) -> None:
     with session_scope() as db:
         db.execute(update(ChatSession).where(ChatSession.id == session_id).values(next_turn_position=turns))
         # The running history totals complete_turn keeps, as if these turns had run.
-        from worker.runtime.turns import recount_history_totals
+        from worker.store.turns import recount_history_totals
 
         recount_history_totals(db, session_id)
     with session_scope() as db:

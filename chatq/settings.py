@@ -142,6 +142,12 @@ class Settings:
         return f"Model {name!r} needs OPENAI_API_KEY or OPENAI_BASE_URL; use the 'echo' model to run offline."
 
     @property
+    def renewal_interval(self) -> float:
+        """Seconds between renewals of a process's leases (all of them in one query): a third of the
+        lease, at most a second. The store's window for turns that stopped together is built on it."""
+        return min(1.0, self.lease_seconds / 3)
+
+    @property
     def redis_url_masked(self) -> str:
         """The Redis URL with any password replaced, safe for logs."""
         return mask_url(self.redis_url)

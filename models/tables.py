@@ -131,7 +131,7 @@ class Turn(Base):
             postgresql_where=text("status IN ('queued', 'running')"),
         ),
         Index("ix_turns_created_at", "created_at"),
-        # Finding the turns that stopped with a crashed one (`worker.runtime.claims.record_stops`).
+        # Finding the turns that stopped with a crashed one (`worker.store.claims.record_stops`).
         Index(
             "ix_turns_stopped",
             "stopped_worker",
@@ -370,7 +370,7 @@ class DeletedSession(Base):
     """The SHA-256 digest of a deleted session's id, kept for a while (not the id itself).
 
     A task message of the session may still wait in Redis; the worker would create an unknown
-    session with the defaults, and this tells it not to (`worker.runtime.turns.ensure_session`).
+    session with the defaults, and this tells it not to (`worker.store.turns.ensure_session`).
     """
 
     __tablename__ = "deleted_sessions"

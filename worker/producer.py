@@ -52,7 +52,6 @@ from worker.payload import (
     validate_reply_to,
     validate_system_prompt,
 )
-from worker.runtime import claims, turns
 from worker.runtime.deletion import DeletedSessionReport
 from worker.runtime.deletion import delete_session as _delete_session
 from worker.runtime.dispatch import kick_next, send_turn
@@ -60,6 +59,7 @@ from worker.runtime.webhooks import schedule_delivery
 from worker.schema import explains_missing_schema
 from worker.sessions import KEEP, Keep
 from worker.sessions import update_session as _update_session
+from worker.store import claims, turns
 from worker.waiting import wait_for_turn as _wait_for_turn
 from worker.webhook_urls import validate_webhook
 

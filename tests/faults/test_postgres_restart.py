@@ -86,9 +86,9 @@ def test_postgres_down_while_the_handler_reads_history_is_not_charged_to_the_age
     against the model stub.
     """
     import models.history
-    from worker.runtime.claims import ensure_turn
     from worker.runtime.runner import execute_turn
     from worker.runtime.tasks import INFRASTRUCTURE_ERRORS
+    from worker.store.claims import ensure_turn
 
     session_id = create_session(framework="langgraph", model=STUB_MODEL)
     request = TurnRequest(turn_id=uuid.uuid4(), session_id=session_id, content="hello [words: 3]")

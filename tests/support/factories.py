@@ -16,7 +16,7 @@ from sqlalchemy import insert, select, update
 
 from models.db import session_scope
 from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
-from worker.runtime.turns import recount_history_totals
+from worker.store.turns import recount_history_totals
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,10 +25,10 @@ from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Tur
 from worker.cli.batch_resume import Comparison, Found, append_turns, compare, load_stored
 from worker.errors import InvalidTurn
 from worker.payload import BATCH_QUEUE, task_message, validate_content
-from worker.runtime import claims
 from worker.runtime.dispatch import send_turns
 from worker.runtime.markers import in_queue
-from worker.runtime.turns import runs_next
+from worker.store import claims
+from worker.store.turns import runs_next
 from worker.webhook_urls import validate_webhook
 
 SESSIONS = cast(Table, ChatSession.__table__)

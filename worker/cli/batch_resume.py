@@ -21,8 +21,8 @@ from sqlalchemy.orm import Session
 from models.db import session_scope
 from models.tables import ChatMessage, ChatSession, Turn, TurnStatus
 from worker.payload import BATCH_QUEUE, TurnRequest
-from worker.runtime.claims import insert_turn
-from worker.runtime.turns import lock_session
+from worker.store.claims import insert_turn
+from worker.store.turns import lock_session
 
 if TYPE_CHECKING:
     from worker.cli.batch import Conversation

@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 
 from models.db import session_scope
 from models.tables import ChatSession, Turn
-from worker.runtime.turns import runs_next
+from worker.store.turns import runs_next
 
 RECENT_FINISH = timedelta(seconds=60)
 """Finished turns younger than this may still have their terminal event on the way."""

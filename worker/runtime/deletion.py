@@ -33,8 +33,9 @@ from worker.event_scripts import UNENDED, ended_marker
 from worker.events import get_redis, turn_stream
 from worker.history import scoped_session
 from worker.payload import parse_uuid
-from worker.runtime import claims, hooks, turns
+from worker.runtime import hooks
 from worker.runtime.markers import sent_marker
+from worker.store import claims, turns
 
 __all__ = [
     "DEFAULT_STOP_WAIT",

@@ -17,7 +17,7 @@ from worker.payload import TASK_NAME, redacted_kwargs
 from worker.runtime.markers import sent_marker, set_markers
 
 if TYPE_CHECKING:
-    from worker.runtime.turns import NextTurn
+    from worker.store.turns import NextTurn
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def send_next(nxt: NextTurn | None) -> None:
 
 def kick_next(session_id: uuid.UUID) -> None:
     """Look up and send the session's next queued turn (for paths that ended a turn elsewhere)."""
-    from worker.runtime import turns
+    from worker.store import turns
 
     try:
         nxt = turns.next_runnable(session_id)

@@ -43,7 +43,7 @@ from worker.runtime.retry import RetryCause
 
 if TYPE_CHECKING:
     from worker.payload import TurnRequest
-    from worker.runtime.claims import Claim
+    from worker.store.claims import Claim
 
 log = logging.getLogger(__name__)
 

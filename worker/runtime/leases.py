@@ -29,11 +29,6 @@ from models.tables import Turn, TurnStatus
 log = logging.getLogger(__name__)
 
 
-def renewal_interval(lease_seconds: float) -> float:
-    """Seconds between renewals of a process's leases (all of them in one query) for a lease length."""
-    return min(1.0, lease_seconds / 3)
-
-
 @dataclass(kw_only=True, eq=False)
 class TurnLease:
     """A running turn's lease as seen by the thread that runs it."""
@@ -56,7 +51,7 @@ class LeaseKeeper:
     def __init__(self, interval: float | None = None) -> None:
         settings = get_settings()
         self.lease_seconds = settings.lease_seconds
-        self.interval = interval if interval is not None else renewal_interval(settings.lease_seconds)
+        self.interval = interval if interval is not None else settings.renewal_interval
         self._leases: dict[uuid.UUID, TurnLease] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()

@@ -24,11 +24,12 @@ from handlers.errors import ProviderBusy
 from handlers.tokens import count_tokens
 from worker.events import EventType, TurnEvents, get_redis
 from worker.payload import INTERACTIVE_QUEUE
-from worker.runtime import claims, hooks, limits
+from worker.runtime import hooks, limits
 from worker.runtime.hooks import Facts
 from worker.runtime.observers import get_hooks
 from worker.runtime.retry import RetryDecision, retry_policy
 from worker.storable import is_outage
+from worker.store import claims
 
 __all__ = ["Admission", "admit", "finish", "hold", "on_busy", "scope_of"]
 

@@ -16,19 +16,32 @@ import time
 from collections.abc import Callable, Iterator
 
 from handlers.abort import abortable
-from handlers.base import AgentMessage, BaseAgentHandler, StreamEvent, StreamEventKind, Usage
+from handlers.base import AgentMessage, BaseAgentHandler, SessionInfo, StreamEvent, StreamEventKind, Usage
 from handlers.errors import AgentInvocationError, ProviderBusy
 from handlers.plain_run import plain_events
 from handlers.prepared import PreparedTurnHandler
 from worker.errors import HandBack, LeaseLost, TurnCancelled
 from worker.events import EventType, TextCoalescer, TurnEvents
-from worker.runtime import claims, hooks
+from worker.runtime import hooks
 from worker.runtime.hooks import Facts
 from worker.runtime.leases import TurnLease, handing_back
 from worker.runtime.process import Runtime, current_runtime
 from worker.runtime.replies import validate_reply
+from worker.store import claims
 
-__all__ = ["check_lease", "run_handler"]
+__all__ = ["check_lease", "handler_session", "run_handler"]
+
+
+def handler_session(session: claims.ClaimedSession) -> SessionInfo:
+    """The handler's view of a claimed turn's session (the store returns its own type)."""
+    return SessionInfo(
+        id=session.id,
+        agent_framework=session.agent_framework,
+        model=session.model,
+        system_prompt=session.system_prompt,
+        metadata_=dict(session.metadata),
+        knowledge_bases=session.knowledge_bases,
+    )
 
 
 def run_handler(
@@ -48,8 +61,9 @@ def run_handler(
 
     runtime = runtime or current_runtime()
     registry = runtime.hooks
-    handler = get_agent_handler(claim.session)
-    source = _source(handler, claim, lease, runtime)
+    session = handler_session(claim.session)
+    handler = get_agent_handler(session)
+    source = _source(handler, session, claim, lease, runtime)
     coalescer = TextCoalescer(events, claim.attempt, runtime.settings.text_coalesce_ms / 1000.0)
     relay = _Relay(claim, events, lease, coalescer, registry, started)
     stream: Iterator[StreamEvent] | None = None
@@ -83,7 +97,7 @@ def run_handler(
 
 
 def _source(
-    handler: BaseAgentHandler, claim: claims.Claim, lease: TurnLease, runtime: Runtime
+    handler: BaseAgentHandler, session: SessionInfo, claim: claims.Claim, lease: TurnLease, runtime: Runtime
 ) -> Callable[[], Iterator[StreamEvent]]:
     """How to start the handler's event stream: prepared here for an adapter, as sent for a plain handler."""
     if isinstance(handler, PreparedTurnHandler):
@@ -93,7 +107,7 @@ def _source(
         # The store hands the turn its data (history rows, knowledge bases, their search, the paid-call
         # recorder); a database error raised from it comes back here unchanged for the runner to classify.
         turn = build_turn_input(
-            claim.session,
+            session,
             claim.content,
             images=claim.images,
             reply_to=claim.reply_to,

@@ -23,7 +23,7 @@ from worker.errors import ConfigError, HandBack, InvalidTurn, LeaseLost, Session
 from worker.events import EventType, TurnEvents
 from worker.ops.logs import set_attempt, turn_context
 from worker.payload import TurnRequest
-from worker.runtime import claims, hooks, provider, turns
+from worker.runtime import hooks, provider
 from worker.runtime.dispatch import kick_next, send_next, send_turn
 from worker.runtime.hooks import Facts
 from worker.runtime.leases import handing_back
@@ -31,6 +31,7 @@ from worker.runtime.process import Runtime, current_runtime
 from worker.runtime.relay import run_handler
 from worker.runtime.retry import RetryDecision
 from worker.storable import clean_text, is_outage, is_refusal, refusal_message
+from worker.store import claims, turns
 
 log = logging.getLogger(__name__)
 

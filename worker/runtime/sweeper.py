@@ -27,10 +27,11 @@ from sqlalchemy.orm import Session
 from chatq.settings import Settings, get_settings, mask_secrets
 from models.db import session_scope, unpooled_connection
 from models.tables import ChatMessage, Turn, TurnStatus
-from worker.runtime import bindings, claims, terminal_repair, unacked
+from worker.runtime import bindings, terminal_repair, unacked
 from worker.runtime.dispatch import send_turns
 from worker.runtime.markers import still_waiting
-from worker.runtime.turns import NextTurn, runs_next
+from worker.store import claims
+from worker.store.turns import NextTurn, runs_next
 
 log = logging.getLogger(__name__)
 

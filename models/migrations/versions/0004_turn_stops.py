@@ -5,7 +5,7 @@ unrenewed) while running the turn, and that lease's expiry, kept after the turn 
 the turns that stopped with it still find it. `turns.lone_crashes` and `turns.crash_hosts`: of the
 turn's crashed deliveries since its last clean end, how many it was the only turn running on its
 worker, and the hosts of those workers. A crash counts towards CHATQ_MAX_DELIVERIES only when the
-turn is its likely cause (`worker.runtime.turns.poison_reason`).
+turn is its likely cause (`worker.store.turns.poison_reason`).
 
 Revision ID: 0004
 Revises: 0003

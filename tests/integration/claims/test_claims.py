@@ -1,4 +1,4 @@
-"""worker/runtime/claims.py against the real Postgres, no worker: claims and the writes that end turns."""
+"""worker/store/claims.py against the real Postgres, no worker: claims and the writes that end turns."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from handlers.base import AgentMessage
 from models.db import autocommit_scope, get_engine, session_scope
 from models.tables import Turn, TurnStatus
 from worker.producer import create_session, submit_turn
-from worker.runtime.claims import ClaimStatus, claim_turn, complete_turn, finish_turn
-from worker.runtime.transition_sql import FAST_CLAIM
-from worker.runtime.turns import recount_history_totals
+from worker.store.claims import ClaimStatus, claim_turn, complete_turn, finish_turn
+from worker.store.transition_sql import FAST_CLAIM
+from worker.store.turns import recount_history_totals
 
 pytestmark = pytest.mark.usefixtures("chatq_env")
 

@@ -4,7 +4,8 @@ A dead worker is simulated as it looks in Postgres: its turns stay `running` and
 last renewed together, run out. Another worker then takes them over, either by claiming the
 turn (a redelivered message finds the expired lease) or after the sweeper released it (its
 re-sent message claims it `queued`). Every case runs with both claim paths: `claim_turn` (the
-one-statement claim, falling back to the slow one) and `_claim_slow` alone.
+one-statement claim, falling back to the slow one) and `_claim_slow` alone (the read-only query
+that says why first, then the take-over, poison or claim statement it calls for).
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from chatq.settings import get_settings
 from models.db import get_engine, session_scope
 from models.tables import Turn, TurnStatus
 from worker.producer import create_session, submit_turn
-from worker.runtime.claims import ClaimResult, ClaimStatus, _claim_slow, claim_turn
 from worker.runtime.sweeper import stale_turns
-from worker.runtime.transition_sql import FAST_CLAIM
-from worker.runtime.turns import poison_reason
+from worker.store.claims import ClaimResult, ClaimStatus, _claim_slow, claim_turn
+from worker.store.transition_sql import FAST_CLAIM
+from worker.store.turns import poison_reason
 
 pytestmark = pytest.mark.usefixtures("chatq_env")
 

@@ -26,8 +26,9 @@ from worker.event_scripts import UNENDED, add_unended
 from worker.events import TERMINAL_TYPES, EventType, TurnEvents, session_channel
 from worker.payload import GUARDED_QUEUES
 from worker.producer import cancel_turn, create_session, submit_turn
-from worker.runtime import claims, terminal_repair
+from worker.runtime import terminal_repair
 from worker.runtime.sweeper import sweep_once
+from worker.store import claims
 
 USAGE = {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}
 

@@ -1,4 +1,4 @@
-"""Random interleavings of every turn transition (worker/runtime/claims.py) against the real Postgres.
+"""Random interleavings of every turn transition (worker/store/claims.py) against the real Postgres.
 
 A hypothesis state machine inserts, claims (through the one-statement claim and the slow path),
 completes, fails, cancels, retries and hands back turns of a few sessions from a few workers,
@@ -30,11 +30,11 @@ from models.tables import ChatMessage, Turn, TurnStatus
 from worker.gateway.store import session_start
 from worker.payload import TurnRequest
 from worker.producer import create_session
-from worker.runtime import claims
-from worker.runtime.claims import Claim, ClaimStatus
 from worker.runtime.sweeper import stale_turns
-from worker.runtime.transition_sql import FAST_CLAIM
-from worker.runtime.turns import next_runnable, poison_reason
+from worker.store import claims
+from worker.store.claims import Claim, ClaimStatus
+from worker.store.transition_sql import FAST_CLAIM
+from worker.store.turns import next_runnable, poison_reason
 
 pytestmark = pytest.mark.usefixtures("chatq_env")
 

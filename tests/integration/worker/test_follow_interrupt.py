@@ -15,7 +15,7 @@ from tests.support.workers import ROOT
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest
 from worker.producer import create_session, delete_session
 from worker.queries import turn_report
-from worker.runtime.claims import insert_turn
+from worker.store.claims import insert_turn
 
 
 def _default_sigint() -> None:

@@ -15,9 +15,9 @@ from tests.support.turns import replay_events, wait_for_turn, wait_for_turns
 from tests.support.workers import WorkerProcess
 from worker.payload import TurnRequest
 from worker.producer import create_session, submit_turn
-from worker.runtime.claims import insert_turn
 from worker.runtime.dispatch import send_turns
 from worker.runtime.markers import sent_marker
+from worker.store.claims import insert_turn
 
 pytestmark = pytest.mark.slow
 

@@ -20,9 +20,9 @@ from worker.cli.commands import main
 from worker.events import EventType, TurnEvents
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest
 from worker.producer import create_session
-from worker.runtime import claims
-from worker.runtime.claims import insert_turn
 from worker.runtime.dispatch import send_turn
+from worker.store import claims
+from worker.store.claims import insert_turn
 
 pytestmark = pytest.mark.slow
 

@@ -1,8 +1,9 @@
-"""The statements behind `worker.runtime.claims`, each one transition of a turn's status (or its
-bookkeeping); only `worker.runtime.claims` executes them, as procrastinate keeps each job transition in
-one SQL function its manager calls.
+"""The statements behind `worker.store.claims`, each one transition of a turn's status (or its
+bookkeeping), and the one read-only query that says why a claim took nothing; only
+`worker.store.claims` executes them, as procrastinate keeps each job transition in one SQL function
+its manager calls.
 
-The turn-order rule (`worker.runtime.turns.runs_next_sql`) is composed into them as it is into every
+The turn-order rule (`worker.store.turns.runs_next_sql`) is composed into them as it is into every
 other query about which turn a session runs next. Each is one statement, atomic on its own.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 from sqlalchemy import BigInteger, Uuid, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
-from worker.runtime.turns import UNFINISHED_SQL, runs_next_sql
+from worker.store.turns import UNFINISHED_SQL, next_runnable_sql, poison_sql, runs_next_sql
 
 FAST_CLAIM = text(
     f"""
@@ -40,9 +41,7 @@ FAST_CLAIM = text(
           AND t.session_id = coalesce(CAST(:session_id AS uuid), t.session_id)
           AND t.status = 'queued'
           AND NOT t.cancel_requested
-          -- Not poison: the negation of `worker.runtime.turns.poison_reason`.
-          AND t.lone_crashes < :max_deliveries
-          AND NOT (cardinality(t.crash_hosts) >= 2 AND t.deliveries >= :max_deliveries)
+          AND NOT {poison_sql("t")}
           AND {runs_next_sql("t")}
         RETURNING t.id, t.session_id, t.position, t.attempts, t.deliveries, t.reply_to, t.queue, t.webhook_url
     )
@@ -106,12 +105,7 @@ COMPLETE = text(
     following AS (
         -- next_in's statement; this statement's snapshot still sees the turn above as running,
         -- so the rule counts it as finished.
-        UPDATE turns t SET enqueued_at = clock_timestamp()
-        FROM chat_messages m
-        WHERE EXISTS (SELECT 1 FROM done)
-          AND t.session_id = :session_id AND t.status = 'queued' AND {runs_next_sql("t", besides=":turn_id")}
-          AND m.turn_id = t.id AND m.role = 'user'
-        RETURNING t.id, t.session_id, t.queue, t.reply_to, m.content, m.images
+        {next_runnable_sql(besides=":turn_id", when="EXISTS (SELECT 1 FROM done)")}
     )
     SELECT EXISTS (SELECT 1 FROM done) AS stored, following.*
     FROM (SELECT 1) AS one LEFT JOIN following ON true
@@ -147,7 +141,7 @@ RECORD_STOPS = text(
     UPDATE turns t
     SET stopped_worker = t.worker,
         stopped_at = t.lease_expires_at,
-        lone_crashes = t.lone_crashes + CASE WHEN t.lease_expires_at IS NULL OR EXISTS (
+        lone_crashes = t.lone_crashes + CASE WHEN EXISTS (
             -- Another turn whose lease on the same worker stopped being renewed at the same moment:
             -- still running with it, or already moved on (its stop recorded).
             SELECT 1 FROM turns o
@@ -165,7 +159,8 @@ RECORD_STOPS = text(
         SELECT id, substring(coalesce(worker, '') FROM position('@' IN coalesce(worker, '')) + 1) AS host
         FROM turns WHERE id = ANY(:turn_ids)
     ) h
-    WHERE t.id = h.id AND t.status = 'running'
+    -- Only a lease that ran out: one renewed or taken over meanwhile is no stop.
+    WHERE t.id = h.id AND t.status = 'running' AND t.lease_expires_at < now()
     """
 ).bindparams(bindparam("turn_ids", type_=ARRAY(Uuid)))
 
@@ -181,6 +176,58 @@ CANCEL = text(
     RETURNING id, status
     """  # noqa: S608 (composed of constant SQL)
 ).bindparams(bindparam("turn_ids", type_=ARRAY(Uuid)))
+
+
+CANCEL_AT_CLAIM = text(
+    f"""
+    -- A claim found a cancel pending on a queued turn (asked while it ran; its worker stopped and
+    -- the turn was taken over): it ends cancelled instead of running.
+    UPDATE turns t
+    SET status = 'cancelled', finished_at = clock_timestamp(), lease_token = NULL, lease_expires_at = NULL
+    WHERE t.id = :turn_id AND t.status = 'queued' AND t.cancel_requested AND {runs_next_sql("t")}
+    RETURNING t.attempts
+    """  # noqa: S608 (composed of constant SQL)
+)
+
+
+POISON_AT_CLAIM = text(
+    f"""
+    -- A claim found a poison turn (`worker.store.turns.poison_reason`, given as :error for the counts
+    -- it was decided on): it ends failed instead of running.
+    UPDATE turns t
+    SET status = 'failed', error = :error, finished_at = clock_timestamp(), lease_token = NULL,
+        lease_expires_at = NULL
+    WHERE t.id = :turn_id AND t.status = 'queued' AND NOT t.cancel_requested AND {runs_next_sql("t")}
+      AND {poison_sql("t")}
+      AND t.deliveries = :deliveries AND t.lone_crashes = :lone_crashes AND cardinality(t.crash_hosts) = :hosts
+    RETURNING t.attempts
+    """  # noqa: S608 (composed of constant SQL)
+)
+
+
+WHY_NOT_CLAIMED = text(
+    f"""
+    -- Read only: why FAST_CLAIM took nothing, the cases in the order they are decided. A running
+    -- turn whose lease is out ('stopped') is taken over (RECORD_STOPS, RELEASE) and claimed again;
+    -- 'cancel_pending' and 'poison' end it (CANCEL_AT_CLAIM, POISON_AT_CLAIM); 'runnable' is a
+    -- turn that changed since the claim statement's snapshot (claimed again).
+    SELECT CASE
+               WHEN t.session_id <> coalesce(CAST(:session_id AS uuid), t.session_id) THEN 'conflict'
+               WHEN NOT (t.status {UNFINISHED_SQL}) THEN 'finished'
+               WHEN t.status = 'running' AND (t.lease_expires_at IS NULL OR t.lease_expires_at >= clock_timestamp())
+                   THEN 'busy'
+               WHEN NOT {runs_next_sql("t")} THEN 'blocked'
+               WHEN t.status = 'running' THEN 'stopped'
+               WHEN t.cancel_requested THEN 'cancel_pending'
+               WHEN {poison_sql("t")} THEN 'poison'
+               ELSE 'runnable'
+           END AS why,
+           t.session_id, t.deliveries, t.lone_crashes, t.crash_hosts,
+           CAST(extract(epoch FROM t.lease_expires_at - clock_timestamp()) AS float8) AS lease_left
+    FROM turns t
+    WHERE t.id = :turn_id
+    """  # noqa: S608 (composed of constant SQL)
+).bindparams(bindparam("session_id", value=None))  # no session given: any session
 
 
 RELEASE = text(

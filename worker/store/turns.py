@@ -1,7 +1,7 @@
 """Turn rows in Postgres, read side: sessions, the rule of which turn a session runs next, finding
 that turn, and which crashes of a turn's workers count against it (poison).
 
-Postgres is the source of truth. Every change of a turn's status is made in `worker.runtime.claims`
+Postgres is the source of truth. Every change of a turn's status is made in `worker.store.claims`
 (the one module that writes `turns.status`); this module only reads, and marks a turn as sent.
 """
 
@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from sqlalchemy import Boolean, ColumnElement, Connection, FromClause, RowMapping, literal_column, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from handlers.base import SessionInfo
 from models.db import connection_scope, session_scope
 from models.tables import ACTIVE_STATUSES, ChatMessage, ChatSession, DeletedSession, Turn
 from worker.errors import InvalidTurn, SessionDeleted, SessionNotFound
@@ -34,7 +35,7 @@ def runs_next_sql(turn: str = "turns", *, besides: str | None = None) -> str:
     runs next, the first unfinished one (unfinished, and no earlier turn of its session is).
 
     The one definition: every statement that asks "may this turn run, what runs next, where does
-    the session stand" is built on it (`worker.runtime.transition_sql` composes it into its statements).
+    the session stand" is built on it (`worker.store.transition_sql` composes it into its statements).
     `besides` (an SQL expression) names a turn to count as finished: one the same statement ends,
     which its snapshot still sees unfinished.
     """
@@ -54,17 +55,6 @@ def runs_next(turn: FromClause | None = None) -> ColumnElement[bool]:
 def unfinished() -> ColumnElement[bool]:
     """The condition that a row of `turns` is unfinished (queued or running)."""
     return literal_column(f"turns.status {UNFINISHED_SQL}", Boolean)
-
-
-def session_info(row: ChatSession) -> SessionInfo:
-    """A detached, immutable view of a session row for handlers."""
-    return SessionInfo(
-        id=row.id,
-        agent_framework=row.agent_framework,
-        model=row.model,
-        system_prompt=row.system_prompt,
-        metadata_=dict(row.metadata_ or {}),
-    )
 
 
 def ensure_session(db: Session, session_id: uuid.UUID) -> None:
@@ -121,7 +111,7 @@ class NextTurn(TurnRequest):
 
     @classmethod
     def from_row(cls, row: RowMapping) -> NextTurn:
-        """From a row with the columns `_NEXT_RUNNABLE` returns (id, session_id, queue, reply_to, content, images)."""
+        """From a row of `next_runnable_sql` (id, session_id, queue, reply_to, content, images)."""
         return cls(
             turn_id=row["id"],
             session_id=row["session_id"],
@@ -132,15 +122,23 @@ class NextTurn(TurnRequest):
         )
 
 
-_NEXT_RUNNABLE = text(
-    f"""
-    UPDATE turns t SET enqueued_at = clock_timestamp()
+def next_runnable_sql(*, besides: str | None = None, when: str | None = None) -> str:
+    """The statement that finds a session's head turn if it is queued and marks it as sent now.
+
+    The one definition: `next_in` runs it alone, and `worker.store.transition_sql.COMPLETE` composes
+    it as the step that finds the next turn of the turn it ends (`besides`, see `runs_next_sql`),
+    run only `when` (an SQL condition) holds. It returns the columns `NextTurn.from_row` reads.
+    """
+    guard = "" if when is None else f"{when}\n      AND "
+    # Composed of constants and the callers' fixed names only, never of values.
+    return f"""UPDATE turns t SET enqueued_at = clock_timestamp()
     FROM chat_messages m
-    WHERE t.session_id = :session_id AND t.status = 'queued' AND {runs_next_sql("t")}
+    WHERE {guard}t.session_id = :session_id AND t.status = 'queued' AND {runs_next_sql("t", besides=besides)}
       AND m.turn_id = t.id AND m.role = 'user'
-    RETURNING t.id, t.session_id, t.queue, t.reply_to, m.content, m.images
-    """  # noqa: S608 (the rule's SQL is constant)
-)
+    RETURNING t.id, t.session_id, t.queue, t.reply_to, m.content, m.images"""  # noqa: S608
+
+
+_NEXT_RUNNABLE = text(next_runnable_sql())
 
 
 def next_in(db: Session | Connection, session_id: uuid.UUID) -> NextTurn | None:
@@ -155,14 +153,37 @@ def next_runnable(session_id: uuid.UUID) -> NextTurn | None:
         return next_in(db, session_id)
 
 
-def poison_reason(turn: Turn, *, max_deliveries: int) -> str | None:
+class CrashCounts(Protocol):
+    """What the poison rule reads of a turn: a `Turn` row, or a row of `WHY_NOT_CLAIMED`."""
+
+    @property
+    def deliveries(self) -> int: ...
+    @property
+    def lone_crashes(self) -> int: ...
+    @property
+    def crash_hosts(self) -> Sequence[str]: ...
+
+
+def poison_sql(turn: str = "t") -> str:
+    """`poison_reason` is not None, as SQL about the turn row named `turn` (`:max_deliveries` bound).
+
+    The one definition in SQL: the claim statement takes only turns for which it is false, and the
+    claim's poison transition ends only turns for which it is true (`worker.store.transition_sql`).
+    """
+    return (
+        f"({turn}.lone_crashes >= :max_deliveries"
+        f" OR (cardinality({turn}.crash_hosts) >= 2 AND {turn}.deliveries >= :max_deliveries))"
+    )
+
+
+def poison_reason(turn: CrashCounts, *, max_deliveries: int) -> str | None:
     """Why a turn whose workers kept stopping is failed as poison, or None while it is not.
 
     `deliveries` counts the crashed deliveries since the turn's last clean end. A crash counts
     against the turn only when the turn is its likely cause: it was the only turn running on the
     worker that stopped (`lone_crashes`), or it stopped workers on more than one host (then every
     crash counts). A turn that merely ran beside others on a worker that died is not counted.
-    `worker.runtime.transition_sql.FAST_CLAIM` claims only turns for which this is None: keep the two agreeing.
+    `poison_sql` is the same rule in SQL: keep the two agreeing.
     """
     limit = f"(CHATQ_MAX_DELIVERIES={max_deliveries})"
     if turn.lone_crashes >= max_deliveries:

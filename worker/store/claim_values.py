@@ -1,21 +1,22 @@
-"""What the transitions of `worker.runtime.claims` return: a claim and the outcomes of claiming and ending.
+"""What the transitions of `worker.store.claims` return: a claim and the outcomes of claiming and ending.
 
 Value objects only, apart from the transitions so that `claims.py` holds statements and rules alone;
-`worker.runtime.claims` re-exports them (`claims.Claim`, `claims.ClaimStatus`, ...).
+`worker.store.claims` re-exports them (`claims.Claim`, `claims.ClaimStatus`, ...). They are the
+store's own: the runner makes the handler's `SessionInfo` of a claim's `ClaimedSession`.
 """
 
 from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from handlers.base import SessionInfo
 from worker.payload import task_message
-from worker.runtime.turns import NextTurn
+from worker.store.turns import NextTurn
 
-__all__ = ["Claim", "ClaimResult", "ClaimStatus", "Finished"]
+__all__ = ["Claim", "ClaimResult", "ClaimStatus", "ClaimedSession", "Finished", "WhyNotClaimed"]
 
 
 class ClaimStatus(enum.StrEnum):
@@ -31,13 +32,44 @@ class ClaimStatus(enum.StrEnum):
     CONFLICT = "conflict"
 
 
+class WhyNotClaimed(enum.StrEnum):
+    """Why the claim statement took nothing, as `worker.store.transition_sql.WHY_NOT_CLAIMED` says."""
+
+    CONFLICT = "conflict"
+    FINISHED = "finished"
+    BUSY = "busy"
+    BLOCKED = "blocked"
+    STOPPED = "stopped"
+    CANCEL_PENDING = "cancel_pending"
+    POISON = "poison"
+    RUNNABLE = "runnable"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClaimedSession:
+    """The session of a claimed turn, as the claim read it."""
+
+    id: uuid.UUID
+    """The session id."""
+    agent_framework: str
+    """Its agent framework."""
+    model: str | None
+    """Its model; None: the worker's default."""
+    system_prompt: str | None
+    """Its own instructions."""
+    metadata: Mapping[str, Any]
+    """Its free-form metadata."""
+    knowledge_bases: tuple[str, ...]
+    """Names of its tenant's knowledge bases attached to it, sorted."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Claim:
     """A turn this worker now runs, with everything the run needs."""
 
     turn_id: uuid.UUID
     """The turn (= task id)."""
-    session: SessionInfo
+    session: ClaimedSession
     """The session, detached from the database."""
     position: int
     """The turn's position in its session."""

@@ -4,14 +4,16 @@ insert (`insert_turn`, `ensure_turn`, `insert_queued_turns`) -> queued; claim (`
 running; retry and hand back (`requeue_turn`) and waiting for the model service or a slot of its
 limits (`hold_turn`) -> queued; complete (`complete_turn`) -> succeeded;
 fail or cancel (`finish_turn`, `request_cancel`) -> failed / cancelled; take over (a lease ran out:
-`take_over` for the sweeper, or a claim) -> queued or running again, or failed as poison.
-A finished turn never changes again: every statement here matches only unfinished turns.
+`take_over`, by the sweeper or a claim) -> queued; at a claim, a pending cancel -> cancelled and a
+poison turn -> failed. A finished turn never changes again: every statement here matches only
+unfinished turns.
 
-A claim takes a `queued` turn (or a `running` one whose lease expired) only when it is the turn its
-session runs next (`worker.runtime.turns.runs_next_sql`), under the session row lock; ending a turn
-requires the claim's `lease_token`, so a worker that lost its lease (a zombie) cannot write a
-second reply. The statements themselves are in `worker.runtime.transition_sql`, the values the
-transitions return in `worker.runtime.claim_values`.
+A claim takes a `queued` turn only when it is the turn its session runs next
+(`worker.store.turns.runs_next_sql`), under the session row lock, in one statement that decides;
+when it takes nothing, one read-only query says why. Ending a turn requires the claim's
+`lease_token`, so a worker that lost its lease (a zombie) cannot write a second reply. The
+statements themselves are in `worker.store.transition_sql`, the values the transitions return
+(the store's own types) in `worker.store.claim_values`.
 """
 
 from __future__ import annotations
@@ -26,29 +28,20 @@ from sqlalchemy import Connection, Table, and_, exists, func, insert, select, up
 from sqlalchemy.orm import Session
 
 from chatq.settings import Settings, get_settings
-from handlers.base import AgentMessage, SessionInfo, Usage
+from handlers.base import AgentMessage, Usage
 from models.db import autocommit_scope, connection_scope, session_scope
 from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
 from worker.errors import InvalidTurn, SessionDeleted, SessionNotFound, TurnExists
 from worker.payload import TurnRequest, session_conflict
-from worker.runtime import transition_sql as sql
-from worker.runtime.claim_values import Claim, ClaimResult, ClaimStatus, Finished
-from worker.runtime.leases import renewal_interval
-from worker.runtime.turns import (
-    NextTurn,
-    check_reply_to,
-    ensure_session,
-    lock_session,
-    next_in,
-    poison_reason,
-    runs_next,
-    session_info,
-)
+from worker.store import transition_sql as sql
+from worker.store.claim_values import Claim, ClaimedSession, ClaimResult, ClaimStatus, Finished, WhyNotClaimed
+from worker.store.turns import NextTurn, check_reply_to, ensure_session, next_in, poison_reason
 
 __all__ = [
     "Claim",
     "ClaimResult",
     "ClaimStatus",
+    "ClaimedSession",
     "Finished",
     "claim_turn",
     "complete_turn",
@@ -61,7 +54,7 @@ __all__ = [
     "requeue_turn",
     "take_over",
 ]
-"""The transitions, and the values they return (`worker.runtime.claim_values`)."""
+"""The transitions, and the values they return (`worker.store.claim_values`)."""
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +69,13 @@ def claim_turn(
     process's by default) give the lease length and the poison limit.
     """
     settings = settings or get_settings()
+    return _claim(turn_id, worker=worker, session_id=session_id, settings=settings) or _claim_slow(
+        turn_id, worker=worker, expected_session=session_id, settings=settings
+    )
+
+
+def _claim(turn_id: uuid.UUID, *, worker: str, session_id: uuid.UUID | None, settings: Settings) -> ClaimResult | None:
+    """The claim statement, which decides: the claimed turn, or None when it took nothing."""
     token = uuid.uuid4()
     # One statement: atomic on its own, so no transaction around it. Its commit is asynchronous
     # (`synchronous_commit = off` for this statement only): a claim lost to a Postgres crash only
@@ -97,103 +97,104 @@ def claim_turn(
             .mappings()
             .one_or_none()
         )
-    if row is not None:
-        session = SessionInfo(
-            id=row["session_id"],
-            agent_framework=row["agent_framework"],
-            model=row["model"],
-            system_prompt=row["system_prompt"],
-            metadata_=dict(row["metadata"] or {}),
-            knowledge_bases=tuple(row["knowledge_bases"]),
-        )
-        claim = Claim(
-            turn_id=turn_id,
-            session=session,
-            position=row["position"],
-            attempt=row["attempts"],
-            deliveries=row["deliveries"],
-            lease_token=token,
-            content=row["content"],
-            images=tuple(row["images"]) if row["images"] else None,
-            reply_to=row["reply_to"],
-            queue=row["queue"],
-            has_webhook=bool(row["has_webhook"]),
-        )
-        return ClaimResult(status=ClaimStatus.CLAIMED, claim=claim)
-    return _claim_slow(turn_id, worker=worker, expected_session=session_id, settings=settings)
+    if row is None:
+        return None
+    session = ClaimedSession(
+        id=row["session_id"],
+        agent_framework=row["agent_framework"],
+        model=row["model"],
+        system_prompt=row["system_prompt"],
+        metadata=dict(row["metadata"] or {}),
+        knowledge_bases=tuple(row["knowledge_bases"]),
+    )
+    claim = Claim(
+        turn_id=turn_id,
+        session=session,
+        position=row["position"],
+        attempt=row["attempts"],
+        deliveries=row["deliveries"],
+        lease_token=token,
+        content=row["content"],
+        images=tuple(row["images"]) if row["images"] else None,
+        reply_to=row["reply_to"],
+        queue=row["queue"],
+        has_webhook=bool(row["has_webhook"]),
+    )
+    return ClaimResult(status=ClaimStatus.CLAIMED, claim=claim)
+
+
+_ROUNDS = 4
+"""Rounds of `_claim_slow`: the longest way (a stopped worker's turn taken over, then ended as
+poison or cancelled) takes two; the rest is for a race lost on the way."""
 
 
 def _claim_slow(
     turn_id: uuid.UUID, *, worker: str, expected_session: uuid.UUID | None = None, settings: Settings | None = None
 ) -> ClaimResult:
-    """The claim with every case spelled out (see `worker.runtime.transition_sql.FAST_CLAIM`): the
-    cases it hands over."""
+    """After the claim statement took nothing: one read-only query says why (`WHY_NOT_CLAIMED`).
+
+    Nothing is written here but through the named transitions, each re-checking its own case: a
+    turn whose worker stopped is taken over (`take_over`, as the sweeper does) and claimed by the
+    claim statement; a pending cancel or a poison turn ends it (`CANCEL_AT_CLAIM`, `POISON_AT_CLAIM`).
+    A transition that finds the turn changed since the query is decided again; a turn still changing
+    after `_ROUNDS` rounds is answered BUSY (its message comes back shortly).
+    """
     settings = settings or get_settings()
-    with session_scope() as db:
-        session_id = db.execute(select(Turn.session_id).where(Turn.id == turn_id)).scalar_one_or_none()
-        if session_id is None:
+    params = {"turn_id": turn_id, "session_id": expected_session, "max_deliveries": settings.max_deliveries}
+    for _ in range(_ROUNDS):
+        with autocommit_scope() as db:
+            found = db.execute(sql.WHY_NOT_CLAIMED, params).one_or_none()
+        if found is None:
             return ClaimResult(status=ClaimStatus.NOT_FOUND)
-        if expected_session is not None and session_id != expected_session:
-            conflict = session_conflict(turn_id, stored_session=session_id, given_session=expected_session)
+        why = WhyNotClaimed(found.why)
+        if why is WhyNotClaimed.CONFLICT:
+            assert expected_session is not None
+            conflict = session_conflict(turn_id, stored_session=found.session_id, given_session=expected_session)
             return ClaimResult(status=ClaimStatus.CONFLICT, error=conflict)
-        # Serialise claims per session: two turns of a session can never both pass the check below.
-        session_row = lock_session(db, session_id)
-        turn = db.execute(select(Turn).where(Turn.id == turn_id).with_for_update()).scalar_one()
-        if turn.status not in (TurnStatus.QUEUED, TurnStatus.RUNNING):
-            return ClaimResult(status=ClaimStatus.FINISHED)
-        # The wall clock, not now() (the transaction's start): this transaction may have waited for
-        # the session lock while the previous turn finished, and started_at must not precede that.
-        now = db.execute(select(func.clock_timestamp())).scalar_one()
-        if turn.status is TurnStatus.RUNNING and turn.lease_expires_at is not None and turn.lease_expires_at > now:
-            return ClaimResult(status=ClaimStatus.BUSY, retry_after=(turn.lease_expires_at - now).total_seconds())
-        if not db.execute(select(runs_next()).where(Turn.id == turn_id)).scalar_one():
-            return ClaimResult(status=ClaimStatus.BLOCKED)
-        if turn.status is TurnStatus.RUNNING:
-            # Its worker stopped: recorded before the turn moves on, whichever way (see `record_stops`).
-            record_stops(db, [turn_id])
-            db.refresh(turn)
-        if turn.cancel_requested:
-            turn.status = TurnStatus.CANCELLED
-            turn.finished_at = now
-            turn.lease_token = None
-            turn.lease_expires_at = None
-            return ClaimResult(status=ClaimStatus.CANCELLED, attempt=turn.attempts)
-        poison = poison_reason(turn, max_deliveries=settings.max_deliveries)
-        if poison is not None:
-            turn.status = TurnStatus.FAILED
-            turn.error = poison
-            turn.finished_at = now
-            turn.lease_token = None
-            turn.lease_expires_at = None
-            return ClaimResult(status=ClaimStatus.POISONED, error=turn.error, attempt=turn.attempts)
-        user = db.execute(
-            select(ChatMessage.content, ChatMessage.images).where(
-                ChatMessage.turn_id == turn_id, ChatMessage.role == "user"
-            )
-        ).one()
-        token = uuid.uuid4()
-        turn.status = TurnStatus.RUNNING
-        turn.attempts += 1
-        turn.deliveries += 1
-        turn.lease_token = token
-        turn.lease_expires_at = now + timedelta(seconds=settings.lease_seconds)
-        turn.worker = worker[:255]
-        if turn.started_at is None:
-            turn.started_at = now
-        claim = Claim(
-            turn_id=turn_id,
-            session=session_info(session_row),
-            position=turn.position,
-            attempt=turn.attempts,
-            deliveries=turn.deliveries,
-            lease_token=token,
-            content=user.content,
-            images=tuple(user.images) if user.images else None,
-            reply_to=turn.reply_to,
-            queue=turn.queue,
-            has_webhook=turn.webhook_url is not None or session_row.webhook_url is not None,
-        )
-        return ClaimResult(status=ClaimStatus.CLAIMED, claim=claim)
+        if why is WhyNotClaimed.BUSY:
+            left = None if found.lease_left is None else max(float(found.lease_left), 0.0)
+            return ClaimResult(status=ClaimStatus.BUSY, retry_after=left)
+        if why in _ANSWERS:
+            return ClaimResult(status=_ANSWERS[why])
+        if why is WhyNotClaimed.STOPPED:
+            with session_scope() as db:
+                take_over(db, [turn_id])
+        elif why is WhyNotClaimed.CANCEL_PENDING:
+            with autocommit_scope() as db:
+                attempts = db.execute(sql.CANCEL_AT_CLAIM, {"turn_id": turn_id}).scalar_one_or_none()
+            if attempts is not None:
+                return ClaimResult(status=ClaimStatus.CANCELLED, attempt=attempts)
+        elif why is WhyNotClaimed.POISON:
+            poisoned = _poison(turn_id, found, settings)
+            if poisoned is not None:
+                return poisoned
+        claimed = _claim(turn_id, worker=worker, session_id=expected_session, settings=settings)
+        if claimed is not None:
+            return claimed
+    return ClaimResult(status=ClaimStatus.BUSY)
+
+
+_ANSWERS = {WhyNotClaimed.FINISHED: ClaimStatus.FINISHED, WhyNotClaimed.BLOCKED: ClaimStatus.BLOCKED}
+"""The reasons that are the claim's answer as they are."""
+
+
+def _poison(turn_id: uuid.UUID, found: Any, settings: Settings) -> ClaimResult | None:
+    """Fail a poison turn for the crash counts `found` (a `WHY_NOT_CLAIMED` row); None if it changed."""
+    reason = poison_reason(found, max_deliveries=settings.max_deliveries)
+    assert reason is not None, "WHY_NOT_CLAIMED and poison_reason disagree"
+    with autocommit_scope() as db:
+        attempts = db.execute(
+            sql.POISON_AT_CLAIM,
+            {
+                "turn_id": turn_id,
+                "error": reason,
+                "max_deliveries": settings.max_deliveries,
+                "deliveries": found.deliveries,
+                "lone_crashes": found.lone_crashes,
+                "hosts": len(found.crash_hosts),
+            },
+        ).scalar_one_or_none()
+    return None if attempts is None else ClaimResult(status=ClaimStatus.POISONED, error=reason, attempt=attempts)
 
 
 def _owned(claim: Claim) -> Any:
@@ -322,7 +323,7 @@ def record_stops(db: Session, turn_ids: Sequence[uuid.UUID]) -> None:
     side, and as much again for a slow renewal query: a live worker's leases sit about a lease
     length ahead, well outside it.
     """
-    window = 1.5 * renewal_interval(get_settings().lease_seconds)
+    window = 1.5 * get_settings().renewal_interval
     db.execute(sql.RECORD_STOPS, {"turn_ids": list(turn_ids), "window": window})
 
 
