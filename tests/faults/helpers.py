@@ -501,7 +501,15 @@ def redis_control(redis_url: str) -> RedisControl | str:
     if port == 6379:
         files = ["--dir", "/var/lib/redis", "--logfile", "/var/log/redis/ci.log"]
     elif (ROOT / ".local").is_dir():
-        files = ["--dir", str(ROOT / ".local"), "--logfile", str(ROOT / ".local" / "redis.log")]
+        # The pid file scripts/services.sh stops this clone's private Redis by.
+        files = [
+            "--dir",
+            str(ROOT / ".local"),
+            "--logfile",
+            str(ROOT / ".local" / "redis.log"),
+            "--pidfile",
+            str(ROOT / ".local" / "redis.pid"),
+        ]
     else:
         return f"do not know how Redis on port {port} was started"
     return RedisControl(
