@@ -18,6 +18,14 @@ pytest_plugins = ["tests.support.fixtures"]
 os.environ["CHATQ_ENV_FILES"] = ""
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Name the test being set up before its fixtures start anything (tests.support.workers checks
+    that a test starting a real worker is marked slow)."""
+    from tests.support.workers import running_test
+
+    running_test.item = item
+
+
 @pytest.fixture(autouse=True)
 def _test_started() -> None:
     """Note when each test starts (tests.support.broker counts only messages taken since)."""
