@@ -15,7 +15,9 @@ its signals and Celery's consumer are not — tests about those keep a real work
 from __future__ import annotations
 
 import heapq
+import io
 import itertools
+import logging
 import threading
 import time
 import uuid
@@ -114,6 +116,10 @@ class InProcessWorker:
         self._busy = 0
         self._pool: list[threading.Thread] = []
         self._runtime: Runtime | None = None
+        self._log = io.StringIO()
+        self._log_handler = logging.StreamHandler(self._log)
+        self._log_handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        self._root_level = logging.NOTSET
 
     def start(self) -> InProcessWorker:
         """Start taking messages; refused while a real worker consumes this Redis db."""
@@ -123,6 +129,11 @@ class InProcessWorker:
         if rivals:
             raise RuntimeError(f"real workers {rivals} consume this Redis db: run in-process tests apart from them")
         self._runtime = build_runtime()
+        # What a worker's log would show of the turns run here (INFO and up, tracebacks included).
+        root = logging.getLogger()
+        self._root_level = root.level
+        root.setLevel(min(root.level, logging.INFO))
+        root.addHandler(self._log_handler)
         for index in range(self.threads):
             thread = threading.Thread(target=self._loop, name=f"chatq-inprocess-{index}", daemon=True)
             thread.start()
@@ -139,8 +150,29 @@ class InProcessWorker:
             self._client.delete(*GUARDED_QUEUES)
         finally:
             self._client.close()
+        root = logging.getLogger()
+        root.removeHandler(self._log_handler)
+        root.setLevel(self._root_level)
         stuck = [thread.name for thread in self._pool if thread.is_alive()]
         assert not stuck, f"in-process deliveries still running after {timeout}s: {stuck}"
+
+    def log(self) -> str:
+        """Everything logged in this process while the worker ran, a line per record."""
+        self._log_handler.acquire()
+        try:
+            return self._log.getvalue()
+        finally:
+            self._log_handler.release()
+
+    def log_line(self, *fragments: str, timeout: float = 20.0) -> str:
+        """The first log line holding every fragment, waiting up to `timeout` seconds for it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for line in self.log().splitlines():
+                if all(fragment in line for fragment in fragments):
+                    return line
+            assert time.monotonic() < deadline, f"never logged {fragments!r}:\n{self.log()[-3000:]}"
+            time.sleep(0.05)
 
     def wait_idle(self, *, timeout: float = 30.0) -> None:
         """Wait until nothing is queued, running or due later (every copy of every message processed)."""
