@@ -18,9 +18,9 @@ def worker_env(chatq_env: dict[str, str], openai_stub: OpenAIStub) -> dict[str, 
     return {**chatq_env, "OPENAI_BASE_URL": openai_stub.base_url, "OPENAI_API_KEY": "sk-test-not-a-secret"}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def worker(worker_env: dict[str, str]) -> Iterator[WorkerProcess]:
-    """One real `chatq worker` shared by the tests of a module (and stopped after them, so neither
-    other modules' workers nor their in-process turns, tests/support/inprocess.py, compete with it
-    for the same queue). A module that has both runs its real-worker cases last."""
+    """One real `chatq worker` shared by the tests of this package (and stopped after them, so
+    workers of other packages' tests never compete for the same queue). The package's in-process
+    tests run before it starts (tests/conftest.py orders the slow ones last)."""
     yield from shared_worker(worker_env)
