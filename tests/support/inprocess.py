@@ -18,6 +18,7 @@ import heapq
 import io
 import itertools
 import logging
+import os
 import threading
 import time
 import uuid
@@ -129,6 +130,12 @@ class InProcessWorker:
         if rivals:
             raise RuntimeError(f"real workers {rivals} consume this Redis db: run in-process tests apart from them")
         self._runtime = build_runtime()
+        # The process's webhook delivery slots are sized by the settings of their first use (a
+        # worker's settings never change); this runtime's settings are the test's.
+        from worker.runtime import webhooks
+
+        with webhooks._slots_lock:
+            webhooks._slots.pop(os.getpid(), None)
         # What a worker's log would show of the turns run here (INFO and up, tracebacks included).
         root = logging.getLogger()
         self._root_level = root.level
