@@ -11,7 +11,7 @@ WITH_ENV := set -a; . .local/services.env; set +a;
 # suite on a busy machine never sits silent (PYTEST_PROGRESS= for pytest's dots).
 PYTEST_PROGRESS ?= -v --durations=15
 
-.PHONY: install services migrate run worker beat lint format test test-unit test-integration test-faults bench bench-peer clean
+.PHONY: install services migrate run worker beat lint format test test-unit test-fast test-integration test-faults bench bench-peer clean
 
 install: $(STAMP)
 
@@ -44,14 +44,21 @@ format: install
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-# The whole suite takes minutes (tens of them on a busy machine); `make test-unit` is the quick subset.
+# The whole suite takes minutes (tens of them on a busy machine); `make test-fast` is the check to
+# run after every change, `make test-unit` the quickest.
 test: services lint
 	scripts/browser.sh
-	@echo "make test: the whole suite, each test named as it runs; for a quick check: make test-unit"
+	@echo "make test: the whole suite, each test named as it runs; for a quick check: make test-fast"
 	$(WITH_ENV) $(PY) -m pytest $(PYTEST_PROGRESS)
 
 test-unit: services
 	$(WITH_ENV) $(PY) -m pytest $(PYTEST_PROGRESS) tests/unit
+
+# Unit tests and the integration tests that run turns in-process (tests/support/inprocess.py) against
+# the real Postgres and Redis: everything but the tests marked slow (real workers, other processes,
+# faults; tests/support/workers.py refuses to start a worker for a test not marked slow).
+test-fast: services
+	$(WITH_ENV) $(PY) -m pytest $(PYTEST_PROGRESS) -m "not slow" tests/unit tests/integration
 
 test-integration: services
 	$(WITH_ENV) $(PY) -m pytest $(PYTEST_PROGRESS) tests/integration

@@ -18,6 +18,27 @@ pytest_plugins = ["tests.support.fixtures"]
 os.environ["CHATQ_ENV_FILES"] = ""
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """In each package, the tests marked slow (real workers, processes) run after the others.
+
+    A package's real worker (a package-scoped fixture) then starts after its in-process tests
+    (tests/support/inprocess.py), which must not share the test's Redis queues with it, and a
+    run stopped early has run the quick tests first.
+    """
+    packages: dict[str, int] = {}
+    for item in items:
+        packages.setdefault(item.path.parent.as_posix(), len(packages))
+    items.sort(key=lambda item: (packages[item.path.parent.as_posix()], item.get_closest_marker("slow") is not None))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Name the test being set up before its fixtures start anything (tests.support.workers checks
+    that a test starting a real worker is marked slow)."""
+    from tests.support.workers import running_test
+
+    running_test.item = item
+
+
 @pytest.fixture(autouse=True)
 def _test_started() -> None:
     """Note when each test starts (tests.support.broker counts only messages taken since)."""

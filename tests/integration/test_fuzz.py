@@ -145,6 +145,7 @@ def fuzz_env(chatq_env: dict[str, str]) -> Iterator[dict[str, str]]:
 
 @FUZZ
 @given(case=malformed_payload())
+@pytest.mark.slow  # hundreds of generated cases
 def test_the_task_rejects_malformed_payloads_and_stores_nothing(
     fuzz_env: dict[str, str], case: tuple[str, dict[str, Any]]
 ) -> None:
@@ -167,6 +168,7 @@ def test_the_task_rejects_malformed_payloads_and_stores_nothing(
     images=st.one_of(st.none(), junk),
     reply_to=st.one_of(st.none(), junk),
 )
+@pytest.mark.slow  # hundreds of generated cases
 def test_the_producer_refuses_malformed_input_with_one_line(
     fuzz_env: dict[str, str], content: Any, images: Any, reply_to: Any
 ) -> None:
@@ -203,6 +205,7 @@ cli_word = st.one_of(
     ),
     words=st.lists(cli_word, max_size=4),
 )
+@pytest.mark.slow  # hundreds of generated cases
 def test_the_cli_answers_any_input_with_an_exit_code_and_at_most_one_error_line(
     fuzz_env: dict[str, str], command: list[str], words: list[str]
 ) -> None:

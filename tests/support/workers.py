@@ -10,8 +10,9 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,6 +29,23 @@ TEST_ENV = {
     "CHATQ_WORKER_SWEEP": "off",
     "PYTHONUNBUFFERED": "1",
 }
+
+
+_launched: list[WorkerProcess] = []
+
+
+class _RunningTest:
+    """The test being set up or run (tests/conftest.py sets it before its fixtures)."""
+
+    item: Any = None
+
+
+running_test = _RunningTest()
+
+
+def live_workers() -> list[WorkerProcess]:
+    """The real workers this test process started that still run."""
+    return [worker for worker in _launched if worker.alive]
 
 
 class ManagedProcess:
@@ -87,6 +105,10 @@ class WorkerProcess(ManagedProcess):
 
     def launch(self) -> WorkerProcess:
         """Start the process without waiting (several can start in parallel); `wait_ready` waits."""
+        item = running_test.item
+        if item is not None and item.get_closest_marker("slow") is None:
+            # `make test-fast` leaves out the tests marked slow: one that starts a worker must be.
+            raise RuntimeError(f"{item.nodeid} starts a real worker: mark it (or its module) slow")
         command = [
             sys.executable,
             "-m",
@@ -110,6 +132,7 @@ class WorkerProcess(ManagedProcess):
             self.process = subprocess.Popen(
                 command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
+        _launched.append(self)
         return self
 
     def wait_ready(self, *, timeout: float = 60.0) -> WorkerProcess:
@@ -153,3 +176,10 @@ class WorkerProcess(ManagedProcess):
         except subprocess.TimeoutExpired:
             self.kill()
             return None
+
+
+def shared_worker(env: Mapping[str, str]) -> Iterator[WorkerProcess]:
+    """A real worker for a package's or module's `worker` fixture: started, yielded, stopped."""
+    process = WorkerProcess(env, concurrency=6).start()
+    yield process
+    process.stop()

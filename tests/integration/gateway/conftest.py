@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.worker.conftest import STUB_MODEL, worker, worker_env
-from tests.support.workers import ROOT
+from tests.integration.worker.conftest import STUB_MODEL, worker_env
+from tests.support.workers import ROOT, WorkerProcess, shared_worker
 
 __all__ = ["STUB_MODEL", "TOKEN", "GatewayProcess", "worker", "worker_env"]
 
@@ -89,6 +89,12 @@ class GatewayProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(10)
+
+
+@pytest.fixture(scope="package")
+def worker(worker_env: dict[str, str]) -> Iterator[WorkerProcess]:
+    """One real `chatq worker` shared by the gateway tests."""
+    yield from shared_worker(worker_env)
 
 
 @pytest.fixture(scope="session")

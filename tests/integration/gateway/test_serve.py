@@ -15,6 +15,9 @@ from tests.integration.gateway.conftest import GatewayProcess
 from tests.support.workers import ROOT
 from worker.gateway.server import GRACEFUL_SHUTDOWN_SECONDS
 
+# Each test runs a `chatq serve` subprocess.
+pytestmark = pytest.mark.slow
+
 
 def serve(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """`chatq serve` that is expected to stop at once."""

@@ -306,6 +306,7 @@ def test_a_zero_budget_keeps_nothing_and_says_so() -> None:
     assert history.summary is not None
 
 
+@pytest.mark.slow  # big sessions
 def test_a_10000_message_session_reads_only_what_fits() -> None:
     big = create_session()
     add_many_turns(big, 2_500)  # 10,000 messages
@@ -335,6 +336,7 @@ def test_a_10000_message_session_reads_only_what_fits() -> None:
     assert len(small_history.messages) == kept
 
 
+@pytest.mark.slow  # big sessions
 def test_long_messages_are_read_in_small_pages_not_a_page_sized_for_short_ones() -> None:
     sid = create_session()
     long_text = "lorem ipsum dolor sit amet " * 100  # about 500 tokens a message

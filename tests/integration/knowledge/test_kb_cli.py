@@ -17,6 +17,9 @@ from tests.support.cli import chatq
 from tests.support.factories import create_session
 from tests.support.knowledge import REFUNDS, SHIPPING
 
+# Each test runs `chatq` subprocesses.
+pytestmark = pytest.mark.slow
+
 
 def _ok(env: dict[str, str], *args: str) -> str:
     result = chatq(env, *args)

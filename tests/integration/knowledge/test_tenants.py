@@ -164,6 +164,7 @@ def test_a_turn_reads_only_its_own_tenants_knowledge_bases(
         runtime.clear()
 
 
+@pytest.mark.slow  # `chatq` subprocesses
 def test_the_cli_gives_knowledge_bases_to_tenants(chatq_env: dict[str, str], tenants: tuple[str, str]) -> None:
     acme, _ = tenants
     name = f"cli-{uuid.uuid4().hex[:8]}"

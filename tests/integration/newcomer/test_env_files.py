@@ -14,7 +14,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.factories import add_turn, assistant, create_session, user
+
+# Each test runs chatq subprocesses.
+pytestmark = pytest.mark.slow
 
 
 def _unused_port() -> int:

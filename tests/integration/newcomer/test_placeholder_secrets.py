@@ -26,6 +26,7 @@ def _one_line(stderr: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow  # a `chatq serve` subprocess
 def test_serve_refuses_the_example_token(chatq_env: dict[str, str]) -> None:
     env = {**chatq_env, "CHATQ_API_TOKEN": EXAMPLE["CHATQ_API_TOKEN"]}
     # Were it accepted, this gateway would serve (on a free loopback port) until the timeout.

@@ -14,6 +14,9 @@ from tests.support.cli import chatq
 from tests.support.env import environ
 from tests.support.services import fresh_database
 
+# Each test runs chatq subprocesses.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def unmigrated(chatq_env: dict[str, str]) -> Iterator[dict[str, str]]:

@@ -1,4 +1,7 @@
-"""Deleting a session through a real worker: its turns stop first, and nothing of it is left anywhere.
+"""Deleting a session: its turns stop first, and nothing of it is left anywhere.
+
+The turns run in this process (`in_process`) but in the first test, the real-worker case of
+deletion: a worker process running the session's turn learns of the delete and stops.
 
 "Nothing left" is checked by scanning every table's rows and every Redis key and value (task
 messages' bodies decoded) for the session's id and its turns' ids.
@@ -15,6 +18,7 @@ import pytest
 from handlers.accounting import record_tool_call
 from tests.integration.sessions.conftest import STUB_MODEL
 from tests.support.broker import wait_for_drained_queues, wait_until
+from tests.support.inprocess import InProcessWorker
 from tests.support.scan import redis_mentioning, tables_mentioning
 from tests.support.turns import replay_events, wait_for_status
 from tests.support.workers import WorkerProcess
@@ -23,8 +27,6 @@ from worker.payload import task_message
 from worker.producer import create_session, delete_session, get_session, submit_turn, wait_for_turn
 from worker.queries import usage_report
 from worker.runtime.dispatch import send_turn
-
-pytestmark = pytest.mark.slow
 
 
 def _totals(report: dict[str, Any]) -> tuple[Any, ...]:
@@ -42,6 +44,8 @@ def _running_with_text(redis_url: str, turn_id: uuid.UUID) -> None:
     wait_until("the turn streams", lambda: any(e["type"] == "text" for e in replay_events(redis_url, turn_id)))
 
 
+# The real-worker case of deletion.
+@pytest.mark.slow
 def test_delete_stops_the_turns_and_leaves_no_row_key_or_stream(worker: WorkerProcess, redis_url: str) -> None:
     sid = create_session(framework="langgraph", model=STUB_MODEL, metadata={"user": "to-forget"})
     done = submit_turn(sid, "six times seven [calc: 6*7]")
@@ -77,7 +81,7 @@ def test_delete_stops_the_turns_and_leaves_no_row_key_or_stream(worker: WorkerPr
     assert worker.alive and "Traceback" not in worker.log()
 
 
-def test_a_message_of_a_deleted_session_does_not_bring_it_back(worker: WorkerProcess, redis_url: str) -> None:
+def test_a_message_of_a_deleted_session_does_not_bring_it_back(in_process: InProcessWorker, redis_url: str) -> None:
     sid = create_session(framework="none", model="echo")
     delete_session(sid)
     ghost = uuid.uuid4()
@@ -85,24 +89,26 @@ def test_a_message_of_a_deleted_session_does_not_bring_it_back(worker: WorkerPro
     assert send_turn(
         task_message(turn_id=ghost, session_id=sid, content="ghost", images=None, reply_to=None), queue="chatq"
     )
-    wait_for_drained_queues(redis_url)
-    wait_until("the worker drops it", lambda: f"turn {ghost} session {sid}: the session was deleted" in worker.log())
+    in_process.wait_idle()
+    wait_until(
+        "the runtime drops it", lambda: f"turn {ghost} session {sid}: the session was deleted" in in_process.log()
+    )
     _nothing_left(redis_url, [str(sid), str(ghost)])
 
 
 def test_a_turn_whose_rows_go_while_it_runs_stores_nothing_and_leaves_no_stream(
-    worker: WorkerProcess, redis_url: str
+    in_process: InProcessWorker, redis_url: str
 ) -> None:
     sid = create_session(framework="langgraph", model=STUB_MODEL)
     turn = submit_turn(sid, "long [words: 400] [slow: 0.05]")
     _running_with_text(redis_url, turn.turn_id)
-    delete_session(sid, stop_wait=0)  # the rows go before the worker has seen the cancel
-    wait_for_drained_queues(redis_url)
+    delete_session(sid, stop_wait=0)  # the rows go before the runtime has seen the cancel
+    in_process.wait_idle()
     _nothing_left(redis_url, [str(sid), str(turn.turn_id)])
-    assert worker.alive and "Traceback" not in worker.log()
+    assert not in_process.errors and "Traceback" not in in_process.log()
 
 
-def test_wait_for_turn_returns_the_stored_turn_when_it_ends(worker: WorkerProcess) -> None:
+def test_wait_for_turn_returns_the_stored_turn_when_it_ends(in_process: InProcessWorker) -> None:
     sid = create_session(framework="none", model=STUB_MODEL, tenant="acme")
     turn = submit_turn(sid, "hello [words: 3]")
     stored = wait_for_turn(turn.turn_id, timeout=60, tenant="acme")

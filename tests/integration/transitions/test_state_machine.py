@@ -327,6 +327,7 @@ def _row(turn_id: uuid.UUID) -> Turn:
         return row
 
 
+@pytest.mark.slow  # hundreds of random interleavings
 def test_random_interleavings_of_transitions_keep_the_invariants() -> None:
     run_state_machine_as_test(
         TurnMachine,

@@ -1,11 +1,13 @@
-"""Webhooks and cancel from the other edges: the `chatq` command line, batch files and the HTTP gateway."""
+"""Webhooks and cancel from the other edges: the `chatq` command line, batch files and the HTTP gateway.
+
+The edges are real subprocesses; the turns and deliveries they queue run in this process (`in_process`).
+"""
 
 from __future__ import annotations
 
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +17,9 @@ import pytest
 from tests.integration.gateway.conftest import TOKEN, GatewayProcess
 from tests.integration.webhooks.conftest import SECRET, STUB_MODEL
 from tests.support.cli import chatq
+from tests.support.inprocess import InProcessWorker
 from tests.support.receiver import Receiver
 from tests.support.turns import wait_for_status, wait_for_turn
-from tests.support.workers import WorkerProcess
 from worker.producer import create_session, submit_turn
 from worker.queries import turn_report
 
@@ -26,11 +28,9 @@ pytestmark = pytest.mark.slow
 WORKER_ENV = {"CHATQ_WEBHOOK_SECRET": SECRET, "CHATQ_WEBHOOK_ALLOW_PRIVATE": "1", "CHATQ_WEBHOOK_BACKOFF": "0.2"}
 
 
-@pytest.fixture(scope="module")
-def worker(worker_env: dict[str, str]) -> Iterator[WorkerProcess]:
-    process = WorkerProcess({**worker_env, **WORKER_ENV}, concurrency=4).start()
-    yield process
-    process.stop()
+@pytest.fixture
+def in_process_env() -> dict[str, str]:
+    return WORKER_ENV
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def _delivered(turn_id: uuid.UUID, *, timeout: float = 30.0) -> dict[str, Any]:
 
 
 def test_the_cli_creates_a_session_with_a_webhook_and_show_prints_its_delivery(
-    worker: WorkerProcess, receiver: Receiver, cli_env: dict[str, str]
+    in_process: InProcessWorker, receiver: Receiver, cli_env: dict[str, str]
 ) -> None:
     url = receiver.answer("/cli")
     created = chatq(cli_env, "session", "create", "--model", STUB_MODEL, "--webhook", url)
@@ -67,7 +67,7 @@ def test_the_cli_creates_a_session_with_a_webhook_and_show_prints_its_delivery(
     assert "http:// or https://" in refused.stderr and "Traceback" not in refused.stderr
 
 
-def test_the_cli_says_when_a_turn_was_already_cancelled(worker: WorkerProcess, cli_env: dict[str, str]) -> None:
+def test_the_cli_says_when_a_turn_was_already_cancelled(in_process: InProcessWorker, cli_env: dict[str, str]) -> None:
     session_id = create_session(framework="langgraph", model=STUB_MODEL)
     running = submit_turn(session_id, "slowly [words: 80] [slow: 0.2]")
     queued = submit_turn(session_id, "later")
@@ -83,7 +83,7 @@ def test_the_cli_says_when_a_turn_was_already_cancelled(worker: WorkerProcess, c
 
 
 def test_a_batch_sessions_webhook_gets_every_turn_and_a_bad_one_names_its_line(
-    worker: WorkerProcess, receiver: Receiver, cli_env: dict[str, str], tmp_path: Path
+    in_process: InProcessWorker, receiver: Receiver, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
     url = receiver.answer("/batch")
     source = tmp_path / "batch.jsonl"
@@ -104,7 +104,7 @@ def test_a_batch_sessions_webhook_gets_every_turn_and_a_bad_one_names_its_line(
 
 
 def test_the_gateway_takes_webhooks_shows_deliveries_and_says_already_cancelled(
-    worker: WorkerProcess, receiver: Receiver, cli_env: dict[str, str]
+    in_process: InProcessWorker, receiver: Receiver, cli_env: dict[str, str]
 ) -> None:
     url = receiver.answer("/gateway")
     gateway = GatewayProcess({**cli_env, "CHATQ_API_TOKEN": TOKEN}).wait_ready()

@@ -4,27 +4,24 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
 
 from tests.integration.webhooks.conftest import SECRET, STUB_MODEL
+from tests.support.inprocess import InProcessWorker
 from tests.support.receiver import Receiver
 from tests.support.turns import wait_for_turn
-from tests.support.workers import WorkerProcess
 from worker.errors import WebhookRefused
 from worker.producer import create_session, submit_turn
 from worker.queries import turn_report
 
 
-@pytest.fixture(scope="module")
-def strict_worker(worker_env: dict[str, str]) -> Iterator[WorkerProcess]:
-    """A worker without CHATQ_WEBHOOK_ALLOW_PRIVATE (the default)."""
-    process = WorkerProcess({**worker_env, "CHATQ_WEBHOOK_SECRET": SECRET}, concurrency=2).start()
-    yield process
-    process.stop()
+@pytest.fixture
+def in_process_env() -> dict[str, str]:
+    """The in-process runtime without CHATQ_WEBHOOK_ALLOW_PRIVATE (the default)."""
+    return {"CHATQ_WEBHOOK_SECRET": SECRET}
 
 
 @pytest.mark.parametrize(
@@ -69,7 +66,7 @@ def _failed_delivery(turn_id: uuid.UUID, *, timeout: float = 30.0) -> dict[str, 
 
 @pytest.mark.timeout(60)
 def test_a_host_that_resolves_to_a_loopback_address_is_refused_at_delivery(
-    strict_worker: WorkerProcess, receiver: Receiver
+    in_process: InProcessWorker, receiver: Receiver
 ) -> None:
     # A host name passes when stored (it is resolved only when sent): this one is the receiver's.
     url = receiver.answer("/hook").replace("127.0.0.1", "localhost")

@@ -1,8 +1,9 @@
-"""Webhooks end to end: a real worker POSTs ended turns to real local receivers, signed, retried, never followed.
+"""Webhooks end to end: the runtime POSTs ended turns to real local receivers, signed, retried, never followed.
 
-The worker allows private addresses (the receivers listen on 127.0.0.1), retries after 0.2 s
+The runtime allows private addresses (the receivers listen on 127.0.0.1), retries after 0.2 s
 doubling for 3 s, and sends one delivery at a time per process, with a long attempt timeout so a
-held request stays held while turns run.
+held request stays held while turns run. The turns and deliveries run in this process
+(`in_process`); the last test is the real-worker case of webhooks (a worker's guarded queue).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import redis
 
 from tests.integration.webhooks.conftest import SECRET, STUB_MODEL
 from tests.support.envelopes import encoded, envelope
+from tests.support.inprocess import InProcessWorker
 from tests.support.receiver import Received, Receiver
 from tests.support.turns import wait_for_status, wait_for_turn, wait_for_turns
 from tests.support.workers import WorkerProcess
@@ -36,6 +38,11 @@ WORKER_ENV = {
     "CHATQ_WEBHOOK_TIMEOUT": "30",
     "CHATQ_WEBHOOK_CONCURRENCY": "1",
 }
+
+
+@pytest.fixture
+def in_process_env() -> dict[str, str]:
+    return WORKER_ENV
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +73,7 @@ def _delivery(turn_id: uuid.UUID, status: str, *, timeout: float = 30.0) -> dict
 
 @pytest.mark.timeout(90)
 def test_every_ended_turn_is_posted_signed_as_get_turns_returns_it(
-    worker: WorkerProcess, receiver: Receiver, allow_private: None
+    in_process: InProcessWorker, receiver: Receiver, allow_private: None
 ) -> None:
     session_url = receiver.answer("/session")
     turn_url = receiver.answer("/turn")
@@ -106,7 +113,7 @@ def test_every_ended_turn_is_posted_signed_as_get_turns_returns_it(
 
 @pytest.mark.timeout(60)
 def test_a_500_is_retried_with_the_same_delivery_id_and_body(
-    worker: WorkerProcess, receiver: Receiver, allow_private: None
+    in_process: InProcessWorker, receiver: Receiver, allow_private: None
 ) -> None:
     url = receiver.answer("/flaky", 500, 200)
     session_id = create_session(framework="langgraph", model=STUB_MODEL, webhook=url)
@@ -124,7 +131,7 @@ def test_a_500_is_retried_with_the_same_delivery_id_and_body(
 
 @pytest.mark.timeout(60)
 def test_a_redirect_is_not_followed_to_another_host(
-    worker: WorkerProcess, receiver: Receiver, allow_private: None
+    in_process: InProcessWorker, receiver: Receiver, allow_private: None
 ) -> None:
     with Receiver() as elsewhere:
         landing = elsewhere.answer("/landing")
@@ -140,7 +147,7 @@ def test_a_redirect_is_not_followed_to_another_host(
 
 @pytest.mark.timeout(90)
 def test_a_receiver_that_does_not_answer_holds_no_turn_and_at_most_one_thread(
-    worker: WorkerProcess, receiver: Receiver, allow_private: None
+    in_process: InProcessWorker, receiver: Receiver, allow_private: None
 ) -> None:
     url = receiver.answer("/slow", hold=True)
     hooked = create_session(framework="langgraph", model=STUB_MODEL, webhook=url)
@@ -164,6 +171,8 @@ def test_a_receiver_that_does_not_answer_holds_no_turn_and_at_most_one_thread(
     assert wait_for_turn(first[0].turn_id).status.value == "succeeded"
 
 
+# The real-worker case of webhooks: deliveries taken from a worker's guarded queue.
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_malformed_items_on_the_webhook_queue_are_set_aside_and_deliveries_go_on(
     worker: WorkerProcess, receiver: Receiver, allow_private: None, redis_url: str

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.openai_stub import OpenAIStub
-from tests.support.workers import WorkerProcess
+from tests.support.workers import WorkerProcess, shared_worker
 
 STUB_MODEL = "gpt-4o-mini"
 
@@ -21,7 +21,6 @@ def worker_env(chatq_env: dict[str, str], openai_stub: OpenAIStub) -> dict[str, 
 @pytest.fixture(scope="package")
 def worker(worker_env: dict[str, str]) -> Iterator[WorkerProcess]:
     """One real `chatq worker` shared by the tests of this package (and stopped after them, so
-    workers of other packages' tests never compete for the same queue)."""
-    process = WorkerProcess(worker_env, concurrency=6).start()
-    yield process
-    process.stop()
+    workers of other packages' tests never compete for the same queue). The package's in-process
+    tests run before it starts (tests/conftest.py orders the slow ones last)."""
+    yield from shared_worker(worker_env)

@@ -1,4 +1,7 @@
-"""Data Postgres cannot store is never an outage: a real worker rejects or fails such a turn at once.
+"""Data Postgres cannot store is never an outage: the runtime rejects or fails such a turn at once.
+
+The turns run in this process (`in_process`); the last test is the real-worker case: a message
+kombu would choke on is set aside by the worker's guarded broker before Celery sees it.
 
 Each case once retried forever (every 30 s) or ran the handler three times and failed the turn as
 "its worker stopped 3 times". Now a message is rejected before anything is stored, or its turn
@@ -17,6 +20,7 @@ from kombu import Connection, Exchange, Producer
 from models.db import session_scope
 from models.tables import ChatMessage, ChatSession, Turn
 from tests.integration.worker.conftest import STUB_MODEL
+from tests.support.inprocess import InProcessWorker
 from tests.support.openai_stub import OpenAIStub
 from tests.support.turns import replay_events, turn_messages, wait_for_turn
 from tests.support.workers import WorkerProcess
@@ -24,14 +28,12 @@ from worker.app import app
 from worker.errors import TurnConflict
 from worker.producer import create_session, submit_turn
 
-pytestmark = pytest.mark.slow
-
 
 def _send(kwargs: Any, *, task_id: str) -> None:
     app.send_task("chatq.run_turn", kwargs=kwargs, task_id=task_id, queue="chatq")
 
 
-def _log_line(worker: WorkerProcess, *fragments: str, timeout: float = 20.0) -> str:
+def _log_line(worker: WorkerProcess | InProcessWorker, *fragments: str, timeout: float = 20.0) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for line in worker.log().splitlines():
@@ -73,8 +75,9 @@ def _model_requests(stub: OpenAIStub, key: str) -> int:
     ],
 )
 def test_a_raw_message_postgres_cannot_store_is_rejected_once_with_one_error_event(
-    worker: WorkerProcess, redis_url: str, fields: dict[str, Any], expected: str
+    in_process: InProcessWorker, redis_url: str, fields: dict[str, Any], expected: str
 ) -> None:
+    worker = in_process
     turn_id, session_id = uuid.uuid4(), uuid.uuid4()
     _send({"turn_id": str(turn_id), "session_id": str(session_id), "content": "hello", **fields}, task_id=str(turn_id))
     events = _events_until(redis_url, turn_id, "error")
@@ -91,7 +94,7 @@ def test_a_raw_message_postgres_cannot_store_is_rejected_once_with_one_error_eve
 
 
 def test_a_tool_call_with_nul_in_its_arguments_is_stored_cleaned_after_one_invocation(
-    worker: WorkerProcess, openai_stub: OpenAIStub, redis_url: str
+    in_process: InProcessWorker, openai_stub: OpenAIStub, redis_url: str
 ) -> None:
     key = uuid.uuid4().hex
     session_id = create_session(framework="langgraph", model=STUB_MODEL)
@@ -110,7 +113,7 @@ def test_a_tool_call_with_nul_in_its_arguments_is_stored_cleaned_after_one_invoc
 
 
 def test_assistant_text_with_nul_and_lone_surrogates_is_stored_cleaned(
-    worker: WorkerProcess, openai_stub: OpenAIStub, redis_url: str
+    in_process: InProcessWorker, openai_stub: OpenAIStub, redis_url: str
 ) -> None:
     session_id = create_session(framework="none", model=STUB_MODEL)
     turn = submit_turn(session_id, '[answer-json: "nul\\u0000 and \\ud800 half, \\ud83d\\ude00 whole"]')
@@ -124,7 +127,7 @@ def test_assistant_text_with_nul_and_lone_surrogates_is_stored_cleaned(
 
 
 def test_a_reply_postgres_refuses_fails_the_turn_after_one_invocation(
-    worker: WorkerProcess, openai_stub: OpenAIStub, redis_url: str
+    in_process: InProcessWorker, openai_stub: OpenAIStub, redis_url: str
 ) -> None:
     key = uuid.uuid4().hex
     session_id = create_session(framework="langgraph", model=STUB_MODEL)
@@ -140,12 +143,13 @@ def test_a_reply_postgres_refuses_fails_the_turn_after_one_invocation(
     kinds = [event["type"] for event in replay_events(redis_url, turn.turn_id)]
     assert kinds.count("error") == 1 and "retry" not in kinds and "final" not in kinds
     assert [m.role for m in turn_messages(turn.turn_id)] == ["user"]
-    assert "infrastructure error" not in worker.log()
+    assert "infrastructure error" not in in_process.log()
 
 
 def test_a_turn_id_reused_with_another_session_is_rejected_and_the_turn_goes_on(
-    worker: WorkerProcess, redis_url: str
+    in_process: InProcessWorker, redis_url: str
 ) -> None:
+    worker = in_process
     owner = create_session(framework="langgraph", model=STUB_MODEL)
     first = submit_turn(owner, "hold on [sleep: 2]")
     turn = submit_turn(owner, "the real question")  # queued behind the first
@@ -169,7 +173,7 @@ def test_a_turn_id_reused_with_another_session_is_rejected_and_the_turn_goes_on(
     assert info.value.message == f"turn {turn.turn_id} already exists: a turn id names one turn; use a new id"
 
 
-def test_a_plain_celery_call_without_turn_id_runs_under_its_task_id(worker: WorkerProcess) -> None:
+def test_a_plain_celery_call_without_turn_id_runs_under_its_task_id(in_process: InProcessWorker) -> None:
     # What celery-node's `client.createTask("chatq.run_turn").applyAsync([], {session_id, content})` sends.
     task_id, session_id = uuid.uuid4(), uuid.uuid4()
     _send({"session_id": str(session_id), "content": "hello from node"}, task_id=str(task_id))
@@ -179,6 +183,8 @@ def test_a_plain_celery_call_without_turn_id_runs_under_its_task_id(worker: Work
     assert [m.content for m in turn_messages(task_id)] == ["hello from node", "You said: hello from node"]
 
 
+# The real-worker case of data errors: the broker guard (worker/runtime/broker.py) in a worker process.
+@pytest.mark.slow
 def test_keyword_arguments_that_are_not_an_object_are_rejected_in_one_line(
     worker: WorkerProcess, redis_url: str
 ) -> None:

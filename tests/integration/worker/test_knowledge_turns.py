@@ -1,4 +1,8 @@
-"""Knowledge-base sessions through a real worker: citations in the final event, paid searches recorded once per call."""
+"""Knowledge-base sessions: citations in the final event, paid searches recorded once per call.
+
+The turns run in this process (`in_process`) but in the last test, the real-worker case of knowledge
+turns, whose retry goes through Celery's (a worker process re-delivers the task after its countdown).
+"""
 
 from __future__ import annotations
 
@@ -13,13 +17,12 @@ from models.db import session_scope
 from models.knowledge import attach_knowledge_bases
 from models.tables import PaidToolCall
 from tests.integration.worker.conftest import STUB_MODEL
+from tests.support.inprocess import InProcessWorker
 from tests.support.knowledge import Corpus, make_corpus
 from tests.support.turns import replay_events, turn_messages, wait_for_turn
 from tests.support.workers import WorkerProcess
 from worker.producer import create_session, submit_turn
 from worker.queries import usage_report
-
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
@@ -40,6 +43,27 @@ def _paid(turn_id: uuid.UUID) -> list[PaidToolCall]:
         )
 
 
+def test_the_stored_reply_keeps_its_citations(in_process: InProcessWorker, corpus: Corpus) -> None:
+    session_id = _kb_session(corpus)
+    turn = submit_turn(session_id, "express shipping [answer: Shipping times says one day.]")
+    row = wait_for_turn(turn.turn_id)
+    assert row.status.value == "succeeded", row.error
+    reply = turn_messages(turn.turn_id)[-1]
+    assert reply.citations is not None
+    assert [c["title"] for c in reply.citations] == ["Shipping times"]
+
+
+def test_a_session_without_knowledge_bases_records_no_search(in_process: InProcessWorker) -> None:
+    session_id = create_session(framework="langgraph", model=STUB_MODEL)
+    turn = submit_turn(session_id, "How long do refunds take?")
+    assert wait_for_turn(turn.turn_id).status.value == "succeeded"
+    assert [m.role for m in turn_messages(turn.turn_id)] == ["user", "assistant"]
+    assert _paid(turn.turn_id) == []
+    assert usage_report(session_id)["tool_calls"] == 0
+
+
+# The real-worker case of knowledge turns.
+@pytest.mark.slow
 def test_a_retried_turn_records_each_real_search_once(worker: WorkerProcess, redis_url: str, corpus: Corpus) -> None:
     session_id = _kb_session(corpus)
     key = uuid.uuid4().hex
@@ -83,22 +107,3 @@ def test_a_retried_turn_records_each_real_search_once(worker: WorkerProcess, red
     assert report["tool_calls"] == 2
     assert report["by_tool"] == [{"tool": KNOWLEDGE_BASE_TOOL, "calls": 2, "units": 2, "cost": 0.0}]
     assert report["turns"] == 1 and report["total_tokens"] == row.total_tokens
-
-
-def test_the_stored_reply_keeps_its_citations(worker: WorkerProcess, corpus: Corpus) -> None:
-    session_id = _kb_session(corpus)
-    turn = submit_turn(session_id, "express shipping [answer: Shipping times says one day.]")
-    row = wait_for_turn(turn.turn_id)
-    assert row.status.value == "succeeded", row.error
-    reply = turn_messages(turn.turn_id)[-1]
-    assert reply.citations is not None
-    assert [c["title"] for c in reply.citations] == ["Shipping times"]
-
-
-def test_a_session_without_knowledge_bases_records_no_search(worker: WorkerProcess) -> None:
-    session_id = create_session(framework="langgraph", model=STUB_MODEL)
-    turn = submit_turn(session_id, "How long do refunds take?")
-    assert wait_for_turn(turn.turn_id).status.value == "succeeded"
-    assert [m.role for m in turn_messages(turn.turn_id)] == ["user", "assistant"]
-    assert _paid(turn.turn_id) == []
-    assert usage_report(session_id)["tool_calls"] == 0

@@ -1,4 +1,9 @@
-"""The main job end to end: producer -> Redis -> real Celery worker -> handler over HTTP -> Postgres + events."""
+"""The main job end to end: producer -> Redis -> the runtime -> handler over HTTP -> Postgres + events.
+
+The turns run in this process (`in_process`: the worker's runtime taking the same messages off the
+test's Redis); the last two tests are the real-worker case of running turns: a `chatq worker`'s
+pool runs sessions side by side, and Celery's late acknowledgement delivers duplicates to it.
+"""
 
 from __future__ import annotations
 
@@ -11,19 +16,18 @@ from models.db import session_scope
 from models.tables import Turn
 from tests.integration.worker.conftest import STUB_MODEL
 from tests.support.broker import wait_for_drained_queues
+from tests.support.inprocess import InProcessWorker
 from tests.support.openai_stub import OpenAIStub
 from tests.support.turns import replay_events, session_messages, turn_messages, wait_for_turn, wait_for_turns
 from tests.support.workers import WorkerProcess
 from worker.producer import create_session, submit_turn
-
-pytestmark = pytest.mark.slow
 
 
 def _session(**kwargs: str) -> uuid.UUID:
     return create_session(framework=kwargs.get("framework", "langgraph"), model=kwargs.get("model", STUB_MODEL))
 
 
-def test_turn_streams_events_in_order_and_rows_match(worker: WorkerProcess, redis_url: str) -> None:
+def test_turn_streams_events_in_order_and_rows_match(in_process: InProcessWorker, redis_url: str) -> None:
     session_id = _session()
     turn = submit_turn(session_id, "hello there [words: 12]")
     row = wait_for_turn(turn.turn_id)
@@ -55,7 +59,7 @@ def test_turn_streams_events_in_order_and_rows_match(worker: WorkerProcess, redi
     )
 
 
-def test_tool_call_turn_persists_every_message_in_order(worker: WorkerProcess, redis_url: str) -> None:
+def test_tool_call_turn_persists_every_message_in_order(in_process: InProcessWorker, redis_url: str) -> None:
     session_id = _session()
     turn = submit_turn(session_id, "what is six times seven? [calc: 6*7]")
     row = wait_for_turn(turn.turn_id)
@@ -70,7 +74,7 @@ def test_tool_call_turn_persists_every_message_in_order(worker: WorkerProcess, r
     assert [(t["name"], t["status"]) for t in tools] == [("calculator", "started"), ("calculator", "finished")]
 
 
-def test_a_failed_first_attempt_is_retried_once(worker: WorkerProcess, redis_url: str) -> None:
+def test_a_failed_first_attempt_is_retried_once(in_process: InProcessWorker, redis_url: str) -> None:
     session_id = _session()
     key = uuid.uuid4().hex
     turn = submit_turn(session_id, f"flaky model [fail-once: {key}]")
@@ -85,7 +89,7 @@ def test_a_failed_first_attempt_is_retried_once(worker: WorkerProcess, redis_url
     assert [m.role for m in turn_messages(turn.turn_id)] == ["user", "assistant"]
 
 
-def test_two_failed_attempts_fail_the_turn_and_the_worker_goes_on(worker: WorkerProcess, redis_url: str) -> None:
+def test_two_failed_attempts_fail_the_turn_and_the_worker_goes_on(in_process: InProcessWorker, redis_url: str) -> None:
     session_id = _session()
     bad = submit_turn(session_id, "broken model [fail]")
     row = wait_for_turn(bad.turn_id)
@@ -100,11 +104,12 @@ def test_two_failed_attempts_fail_the_turn_and_the_worker_goes_on(worker: Worker
 
     good = submit_turn(session_id, "are you still there?")
     assert wait_for_turn(good.turn_id).status.value == "succeeded"
-    assert worker.alive
+    # What the task saw of the failed turn: one retry, then the end (no exception, `in_process.errors`).
+    assert in_process.outcomes(bad.turn_id) == ["retry", "failed"]
 
 
 def test_turns_of_one_session_run_in_order_and_see_earlier_replies(
-    worker: WorkerProcess, openai_stub: OpenAIStub
+    in_process: InProcessWorker, openai_stub: OpenAIStub
 ) -> None:
     session_id = _session()
     texts = [f"message {i} [slow: 0.02]" for i in range(5)]
@@ -127,6 +132,21 @@ def test_turns_of_one_session_run_in_order_and_see_earlier_replies(
     assert [m.content for m in stored if m.role == "user"] == texts
 
 
+def test_a_turn_sent_only_through_redis_is_inserted_by_the_worker(in_process: InProcessWorker) -> None:
+    """A producer in another language sends just the task message; the session is unknown too."""
+    from worker.runtime.dispatch import send_turn
+
+    turn_id, session_id = uuid.uuid4(), uuid.uuid4()
+    message = {"turn_id": str(turn_id), "session_id": str(session_id), "content": "hi from Go", "images": None}
+    assert send_turn(message, queue="chatq")
+    row = wait_for_turn(turn_id)
+    assert row.status.value == "succeeded", row.error
+    assert [m.role for m in turn_messages(turn_id)] == ["user", "assistant"]
+    assert turn_messages(turn_id)[0].content == "hi from Go"
+
+
+# The real-worker case of running turns (the two tests below): a worker process's pool and Celery's delivery.
+@pytest.mark.slow
 def test_turns_of_different_sessions_overlap(worker: WorkerProcess) -> None:
     turns = [submit_turn(_session(), "take your time [sleep: 1.5]") for _ in range(3)]
     rows = wait_for_turns([t.turn_id for t in turns], timeout=60)
@@ -137,6 +157,7 @@ def test_turns_of_different_sessions_overlap(worker: WorkerProcess) -> None:
     assert latest_start < earliest_end, "the sessions ran one after another instead of in parallel"
 
 
+@pytest.mark.slow
 def test_the_same_task_delivered_twice_stores_one_reply(worker: WorkerProcess) -> None:
     from worker.runtime.dispatch import send_turn
 
@@ -157,16 +178,3 @@ def test_the_same_task_delivered_twice_stores_one_reply(worker: WorkerProcess) -
     assert [m.role for m in turn_messages(turn.turn_id)] == ["user", "assistant"]
     with session_scope() as db:
         assert db.get(Turn, turn.turn_id).attempts == 1
-
-
-def test_a_turn_sent_only_through_redis_is_inserted_by_the_worker(worker: WorkerProcess) -> None:
-    """A producer in another language sends just the task message; the session is unknown too."""
-    from worker.runtime.dispatch import send_turn
-
-    turn_id, session_id = uuid.uuid4(), uuid.uuid4()
-    message = {"turn_id": str(turn_id), "session_id": str(session_id), "content": "hi from Go", "images": None}
-    assert send_turn(message, queue="chatq")
-    row = wait_for_turn(turn_id)
-    assert row.status.value == "succeeded", row.error
-    assert [m.role for m in turn_messages(turn_id)] == ["user", "assistant"]
-    assert turn_messages(turn_id)[0].content == "hi from Go"
