@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chatq.settings import mask_secrets
+from worker.runtime.hook_points import MessageSetAside
+from worker.runtime.observers import get_hooks
 
 __all__ = ["DEAD_LETTER_KEY", "DEAD_LETTER_MAX", "DEAD_LETTER_TTL", "notify_refused", "set_aside"]
 
@@ -31,9 +33,7 @@ DEAD_LETTER_ITEM_CHARS = 64 * 1024
 
 def set_aside(client: Any, *, queue: str, raw: bytes | str, reason: str) -> None:
     """Record a refused item in the dead-letter list and count it; never raises."""
-    from worker.ops import metrics
-
-    metrics.SET_ASIDE.labels(queue).inc()
+    get_hooks().message_set_aside(MessageSetAside(queue=queue, reason=reason))
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
     entry = json.dumps(
         {

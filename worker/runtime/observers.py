@@ -1,32 +1,40 @@
-"""The process's hooks: which observers every worker runs on each turn (`worker.runtime.hooks`).
+"""The process's hook registry (`worker.runtime.hooks`), filled by the edge that wires the process.
 
-Apart from `worker.runtime.hooks` so that the hooks themselves (`worker.ops.metrics`, `worker.ops.logs`) can
-build on its base class without an import cycle.
+Which observers a worker runs (the metrics and log lines of `worker.ops`, webhooks, ...) is decided
+above the rooms, in `worker.wiring`, which the Celery app loads with its task modules: the runtime
+calls its hooks without knowing them, and never imports `worker.ops`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from chatq.per_process import PerProcess
-from worker.ops.logs import LogHooks
-from worker.ops.metrics import MetricsHooks
+from worker.errors import HooksNotWired
 from worker.runtime.hooks import HookRegistry, TurnHooks
-from worker.runtime.webhooks import WebhookHooks
+
+__all__ = ["get_hooks", "wire"]
+
+_factory: Callable[[], Sequence[TurnHooks]] | None = None
 
 
-def default_hooks() -> list[TurnHooks]:
-    """The hooks every worker runs, in order: Prometheus metrics, the per-turn log lines, webhook
-    deliveries, then the clean-up after turns whose session was deleted under them.
-
-    A new observer is one more `TurnHooks` subclass appended here.
-    """
-    from worker.runtime.deletion import ForgetDeletedTurns
-
-    return [MetricsHooks(), LogHooks(), WebhookHooks(), ForgetDeletedTurns()]
+def wire(factory: Callable[[], Sequence[TurnHooks]]) -> None:
+    """Build the process's registry from `factory` (on first use); `worker.wiring` calls it once."""
+    global _factory
+    _factory = factory
+    _registry.reset()
 
 
-_registry: PerProcess[HookRegistry] = PerProcess(lambda: HookRegistry(default_hooks()))
+def _build() -> HookRegistry:
+    if _factory is None:
+        # A worker without its observers would run turns that no metric, log line or webhook sees.
+        raise HooksNotWired()
+    return HookRegistry(_factory())
+
+
+_registry: PerProcess[HookRegistry] = PerProcess(_build)
 
 
 def get_hooks() -> HookRegistry:
-    """The process's registry, built from `default_hooks()` on first use."""
+    """The process's registry, built from the wired factory on first use; HooksNotWired before wiring."""
     return _registry.get()

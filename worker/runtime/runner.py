@@ -21,7 +21,7 @@ from handlers.errors import AgentInvocationError, HandlerError, ProviderBusy, Un
 from models.tables import TurnStatus
 from worker.errors import ConfigError, HandBack, InvalidTurn, LeaseLost, SessionDeleted, TurnCancelled
 from worker.events import EventType, TurnEvents
-from worker.ops.logs import set_attempt, turn_context
+from worker.log_context import set_attempt, turn_context
 from worker.payload import TurnRequest
 from worker.runtime import hooks, provider
 from worker.runtime.dispatch import kick_next, send_next, send_turn

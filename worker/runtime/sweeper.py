@@ -29,7 +29,9 @@ from models.db import session_scope, unpooled_connection
 from models.tables import ChatMessage, Turn, TurnStatus
 from worker.runtime import bindings, terminal_repair, unacked
 from worker.runtime.dispatch import send_turns
+from worker.runtime.hook_points import SweepRepaired, SweepResent
 from worker.runtime.markers import still_waiting
+from worker.runtime.observers import get_hooks
 from worker.store import claims
 from worker.store.turns import NextTurn, runs_next
 
@@ -81,10 +83,7 @@ def sweep_once(settings: Settings | None = None) -> SweepReport:
     forget_stuck_copies([tag for turn in resend for tag in stuck.get(turn.turn_id, ())])
     for queue in {turn.queue for turn in resend}:
         send_turns([turn.to_message() for turn in resend if turn.queue == queue], queue=queue)
-    from worker.ops import metrics
-
-    metrics.SWEEPER.labels("resent").inc(len(resend) - len(expired))
-    metrics.SWEEPER.labels("expired_lease").inc(len(expired))
+    get_hooks().sweep_resent(SweepResent(resent=len(resend) - len(expired), expired_leases=len(expired)))
     for turn_id in expired:
         log.warning("turn %s: lease expired, handed to another worker", turn_id)
     if resend:
@@ -98,8 +97,6 @@ def sweep_once(settings: Settings | None = None) -> SweepReport:
 def repair_terminal_events(settings: Settings | None = None) -> int:
     """Publish the terminal events of ended turns whose publisher died before it did
     (`worker.runtime.terminal_repair`); returns how many."""
-    from worker.ops import metrics
-
     retention = (settings or get_settings()).event_retention
     try:
         repaired = terminal_repair.publish_missing_terminal_events(retention=retention)
@@ -109,7 +106,7 @@ def repair_terminal_events(settings: Settings | None = None) -> int:
             (mask_secrets(str(exc)).splitlines() or [type(exc).__name__])[0],
         )
         return 0
-    metrics.SWEEPER.labels("repaired_event").inc(len(repaired))
+    get_hooks().sweep_repaired(SweepRepaired(events=len(repaired)))
     return len(repaired)
 
 

@@ -39,6 +39,8 @@ from models.tables import DeliveryStatus
 from worker.errors import TurnNotFound, WebhookRefused
 from worker.payload import WEBHOOK_QUEUE
 from worker.runtime import hooks
+from worker.runtime.hook_points import WebhookAttempt
+from worker.runtime.observers import get_hooks
 from worker.runtime.retry import retry_policy
 from worker.runtime.webhook_http import Answer, post, signed_headers
 from worker.webhook_urls import resolve_target
@@ -154,8 +156,6 @@ def deliver(delivery_id: uuid.UUID) -> Attempted:
 
 
 def _attempt(delivery_id: uuid.UUID) -> Attempted:
-    from worker.ops.metrics import WEBHOOK_ATTEMPTS, WEBHOOK_SECONDS
-
     settings = get_settings()
     with session_scope() as db:
         row = db.execute(_LOAD, {"id": delivery_id}).one_or_none()
@@ -173,7 +173,7 @@ def _attempt(delivery_id: uuid.UUID) -> Attempted:
     except WebhookRefused as exc:
         answer = Answer(status_code=None, error=exc.message)
         _record(delivery_id, DeliveryStatus.FAILED, answer, posted=False)  # `attempts` counts POSTs: none made
-        WEBHOOK_ATTEMPTS.labels("refused").inc()
+        get_hooks().webhook_attempt(WebhookAttempt(outcome="refused", seconds=None))
         log.warning("turn %s: webhook delivery %s refused: %s", row.turn_id, delivery_id, exc.message)
         return Attempted(outcome=DeliveryOutcome.FAILED, error=exc.message)
     headers = signed_headers(
@@ -186,17 +186,16 @@ def _attempt(delivery_id: uuid.UUID) -> Attempted:
     )
     answer = post(target, body, headers, timeout=settings.webhook_timeout)
     seconds = time.monotonic() - started
-    WEBHOOK_SECONDS.observe(seconds)
     if answer.delivered:
         _record(delivery_id, DeliveryStatus.DELIVERED, answer)
-        WEBHOOK_ATTEMPTS.labels(DeliveryOutcome.DELIVERED.value).inc()
+        get_hooks().webhook_attempt(WebhookAttempt(outcome=DeliveryOutcome.DELIVERED.value, seconds=seconds))
         log.info("turn %s: webhook delivery %s to %s: HTTP %s", row.turn_id, delivery_id, host, answer.status_code)
         return Attempted(outcome=DeliveryOutcome.DELIVERED, status_code=answer.status_code)
     decision = retry_policy().after_webhook_attempt(attempt, float(row.age) + seconds)
     status = DeliveryStatus.PENDING if decision.retry else DeliveryStatus.FAILED
     _record(delivery_id, status, answer)
     outcome = DeliveryOutcome.RETRY if decision.retry else DeliveryOutcome.FAILED
-    WEBHOOK_ATTEMPTS.labels(outcome.value).inc()
+    get_hooks().webhook_attempt(WebhookAttempt(outcome=outcome.value, seconds=seconds))
     log.warning(
         "turn %s: webhook delivery %s to %s, attempt %d: %s (%s)",
         row.turn_id,

@@ -18,9 +18,9 @@ from tests.support.openai_stub import OpenAIStub
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest, parse_turn_request
 from worker.producer import cancel_turn, create_session
 from worker.runtime import hooks
-from worker.runtime.observers import get_hooks
 from worker.runtime.retry import RetryCause
 from worker.runtime.runner import Outcome, Result, execute_turn
+from worker.wiring import get_hooks
 
 
 class Recording(hooks.TurnHooks):

@@ -19,10 +19,10 @@ from tests.support.openai_stub import OpenAIStub
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest, parse_turn_request
 from worker.producer import create_session
 from worker.runtime import hooks
-from worker.runtime.observers import get_hooks
 from worker.runtime.process import Runtime, current_runtime
 from worker.runtime.retry import RetryPolicy
 from worker.runtime.runner import Outcome, execute_turn
+from worker.wiring import get_hooks
 
 
 @pytest.fixture
