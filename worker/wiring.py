@@ -11,6 +11,7 @@ from __future__ import annotations
 from worker.ops.logs import LogHooks
 from worker.ops.metrics import MetricsHooks
 from worker.runtime import observers
+from worker.runtime.deleted_turns import ForgetDeletedTurns
 from worker.runtime.hooks import HookRegistry, TurnHooks
 from worker.runtime.webhooks import WebhookHooks
 
@@ -23,8 +24,6 @@ def default_hooks() -> list[TurnHooks]:
 
     A new observer is one more `TurnHooks` subclass appended here.
     """
-    from worker.runtime.deletion import ForgetDeletedTurns
-
     return [MetricsHooks(), LogHooks(), WebhookHooks(), ForgetDeletedTurns()]
 
 

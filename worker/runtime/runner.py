@@ -19,12 +19,12 @@ from chatq.settings import mask_secrets
 from handlers.context import running_turn
 from handlers.errors import AgentInvocationError, HandlerError, ProviderBusy, UnknownFramework
 from models.tables import TurnStatus
+from worker.dispatch import kick_next, send_next, send_turn
 from worker.errors import ConfigError, HandBack, InvalidTurn, LeaseLost, SessionDeleted, TurnCancelled
 from worker.events import EventType, TurnEvents
 from worker.log_context import set_attempt, turn_context
 from worker.payload import TurnRequest
 from worker.runtime import hooks, provider
-from worker.runtime.dispatch import kick_next, send_next, send_turn
 from worker.runtime.hooks import Facts
 from worker.runtime.leases import handing_back
 from worker.runtime.process import Runtime, current_runtime

@@ -3,7 +3,7 @@
 
 Redis is only transport and keeps nothing on disk, so Postgres is searched for turns whose
 message can no longer arrive: runnable `queued` turns not sent for CHATQ_REQUEUE_GRACE seconds
-whose message is not waiting in a queue (`worker.runtime.markers.still_waiting`: a message taken
+whose message is not waiting in a queue (`worker.markers.still_waiting`: a message taken
 by a worker that stopped before running it counts as lost), and `running` turns whose lease ran
 out (their worker died). Both are sent again; the claim
 decides who runs them, and a turn whose workers keep dying is failed there (CHATQ_MAX_DELIVERIES).
@@ -27,10 +27,11 @@ from sqlalchemy.orm import Session
 from chatq.settings import Settings, get_settings, mask_secrets
 from models.db import session_scope, unpooled_connection
 from models.tables import ChatMessage, Turn, TurnStatus
-from worker.runtime import bindings, terminal_repair, unacked
-from worker.runtime.dispatch import send_turns
+from worker import unacked
+from worker.dispatch import send_turns
+from worker.markers import still_waiting
+from worker.runtime import bindings, terminal_repair
 from worker.runtime.hook_points import SweepRepaired, SweepResent
-from worker.runtime.markers import still_waiting
 from worker.runtime.observers import get_hooks
 from worker.store import claims
 from worker.store.turns import NextTurn, runs_next
@@ -124,7 +125,7 @@ def forget_stuck_copies(tags: Sequence[bytes]) -> None:
 
 def purge_expired(settings: Settings | None = None) -> int:
     """Retention: sessions idle past CHATQ_RETENTION_DAYS (unset: none), then old deleted-session digests."""
-    from worker.runtime import deletion
+    from worker import deletion
 
     retention_days = (settings or get_settings()).retention_days
     purged = 0

@@ -36,6 +36,8 @@ from sqlalchemy import text
 from chatq.settings import get_settings, mask_secrets
 from models.db import session_scope
 from models.tables import DeliveryStatus
+from worker.dispatch import WEBHOOK_TASK_NAME as TASK_NAME
+from worker.dispatch import schedule_delivery
 from worker.errors import TurnNotFound, WebhookRefused
 from worker.payload import WEBHOOK_QUEUE
 from worker.runtime import hooks
@@ -58,24 +60,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-TASK_NAME = "chatq.deliver_webhook"
-"""The delivery task's name."""
 BUSY_DELAY = 1.0
 """Seconds before a delivery that found its process's delivery slots full comes back."""
 
-_SCHEDULE = text(
-    """
-    -- The turn's own webhook, else its session's; nothing when it has none or has not ended.
-    INSERT INTO webhook_deliveries (id, turn_id, url, status, attempts)
-    SELECT :id, t.id, coalesce(t.webhook_url, s.webhook_url), 'pending', 0
-    FROM turns t JOIN chat_sessions s ON s.id = t.session_id
-    WHERE t.id = :turn_id
-      AND coalesce(t.webhook_url, s.webhook_url) IS NOT NULL
-      AND t.status IN ('succeeded', 'failed', 'cancelled')
-    ON CONFLICT (turn_id) DO NOTHING
-    RETURNING id
-    """
-)
 _LOAD = text(
     """
     SELECT d.turn_id, d.url, d.status, d.body, d.attempts, t.status AS turn_status,
@@ -119,32 +106,6 @@ class Attempted:
     """The receiver's HTTP status, when it answered."""
     error: str | None = None
     """Why it was not delivered."""
-
-
-def schedule_delivery(turn_id: uuid.UUID) -> uuid.UUID | None:
-    """Record and send the delivery of an ended turn with a webhook; its id, or None (no webhook, or already)."""
-    with session_scope() as db:
-        delivery_id = db.execute(_SCHEDULE, {"id": uuid.uuid4(), "turn_id": turn_id}).scalar_one_or_none()
-    if delivery_id is None:
-        return None
-    send_delivery(delivery_id)
-    log.info("turn %s: webhook delivery %s queued", turn_id, delivery_id)
-    return uuid.UUID(str(delivery_id))
-
-
-def send_delivery(delivery_id: uuid.UUID, *, countdown: float | None = None) -> None:
-    """Send the delivery's task message (task id = delivery id)."""
-    from worker.app import app
-
-    app.send_task(
-        TASK_NAME,
-        kwargs={"delivery_id": str(delivery_id)},
-        task_id=str(delivery_id),
-        queue=WEBHOOK_QUEUE,
-        countdown=countdown,
-        retry=True,
-        retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 2},
-    )
 
 
 def deliver(delivery_id: uuid.UUID) -> Attempted:
