@@ -10,7 +10,7 @@ TOMBSTONE_DAYS) so that a task message of it still in Redis does not create it a
 Redis holds of it goes: each turn's replay stream, sent-marker and provider-limit entries.
 
 A turn still running when its rows went (its worker had not stopped yet) loses its lease: it stores
-nothing, and `ForgetDeletedTurns` (a lifecycle hook, `worker.runtime.deleted_turns`) removes the
+nothing, and `ForgetDeletedTurns` (a lifecycle hook, `worker.runtime.observers.deleted_turns`) removes the
 events it published meanwhile.
 """
 
@@ -152,7 +152,7 @@ def _delete_sessions(db: Session, session_ids: Sequence[uuid.UUID], *, reason: s
 
 
 LIMIT_SETS = "chatq:limits:*"
-"""The provider limits' per-model sets (`worker.runtime.limits.Scope.keys`): their members name turns."""
+"""The provider limits' per-model sets (`worker.runtime.policy.limits.Scope.keys`): their members name turns."""
 
 
 def forget_turns(turn_ids: Sequence[uuid.UUID]) -> None:

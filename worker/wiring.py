@@ -1,8 +1,8 @@
 """Which hooks every worker runs: the edge above the runtime and ops that joins them.
 
-The runtime calls named hook points (`worker.runtime.hooks`, `worker.runtime.hook_points`) and ops
+The runtime calls named hook points (`worker.runtime.observers.hooks`, `worker.runtime.observers.hook_points`) and ops
 implements them (`worker.ops.metrics`, `worker.ops.logs`); neither imports the other. Importing
-this module wires the process (`worker.runtime.observers.wire`: it stores a function, builds
+this module wires the process (`worker.runtime.observers.observers.wire`: it stores a function, builds
 nothing); the Celery app includes it beside its task modules, so every worker process loads it.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from worker.ops.logs import LogHooks
 from worker.ops.metrics import MetricsHooks
-from worker.runtime import observers
-from worker.runtime.deleted_turns import ForgetDeletedTurns
-from worker.runtime.hooks import HookRegistry, TurnHooks
-from worker.runtime.webhooks import WebhookHooks
+from worker.runtime.observers import observers
+from worker.runtime.observers.deleted_turns import ForgetDeletedTurns
+from worker.runtime.observers.hooks import HookRegistry, TurnHooks
+from worker.runtime.webhooks.deliveries import WebhookHooks
 
 __all__ = ["default_hooks", "get_hooks"]
 
@@ -28,7 +28,7 @@ def default_hooks() -> list[TurnHooks]:
 
 
 def get_hooks() -> HookRegistry:
-    """The process's registry (`worker.runtime.observers.get_hooks`), wired with `default_hooks()`."""
+    """The process's registry (`worker.runtime.observers.observers.get_hooks`), wired with `default_hooks()`."""
     return observers.get_hooks()
 
 

@@ -140,8 +140,8 @@ def test_there_is_no_import_cycle() -> None:
 def test_the_cycle_finder_finds_a_cycle_and_the_graph_sees_lazy_imports() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
-    # worker.runtime.relay imports handlers only inside a function: the graph still has the edge.
-    assert "handlers" in import_graph()["worker.runtime.relay"]
+    # worker.runtime.delivery.relay imports handlers only inside a function: the graph still has the edge.
+    assert "handlers" in import_graph()["worker.runtime.delivery.relay"]
 
 
 # worker/'s rooms (README, "Where things live"). The shared modules at its top import no room; the
@@ -216,10 +216,10 @@ def test_the_runtime_may_not_import_ops_and_a_planted_import_is_caught() -> None
     planted = ast.parse("def f():\n    from worker.ops.logs import LogHooks\n")
     modules = _modules()
     graph = import_graph()
-    graph["worker.runtime.runner"] |= {t for node in _imports(planted) for t in _targets(node, modules)}
-    assert _crossings(graph) == ["worker.runtime.runner -> worker.ops.logs"]
+    graph["worker.runtime.delivery.runner"] |= {t for node in _imports(planted) for t in _targets(node, modules)}
+    assert _crossings(graph) == ["worker.runtime.delivery.runner -> worker.ops.logs"]
     # The edge that joins them may import both.
-    assert {"worker.ops.metrics", "worker.runtime.observers"} <= import_graph()["worker.wiring"]
+    assert {"worker.ops.metrics", "worker.runtime.observers.observers"} <= import_graph()["worker.wiring"]
 
 
 def _private_imports(tree: ast.AST) -> Iterator[str]:

@@ -16,15 +16,15 @@ from typing import Any
 
 from chatq.settings import get_settings, mask_secrets
 from worker.log_context import current_turn
-from worker.runtime import hooks
-from worker.runtime.retry import RetryCause
+from worker.runtime.observers import hooks
+from worker.runtime.policy.retry import RetryCause
 
 
 class LogHooks(hooks.TurnHooks):
-    """The per-turn INFO/WARNING lines, from the runner's lifecycle hooks (`worker.runtime.hooks`).
+    """The per-turn INFO/WARNING lines, from the runner's lifecycle hooks (`worker.runtime.observers.hooks`).
 
     They keep the logger `worker.runner` they were written under before hooks existed (and before
-    the runner moved to `worker.runtime.runner`), so operators' filters on it still match. Ids,
+    the runner moved to `worker.runtime.delivery.runner`), so operators' filters on it still match. Ids,
     counts and errors only: never a prompt or a reply.
     """
 

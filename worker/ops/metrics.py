@@ -46,8 +46,9 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from worker.runtime import hook_points, hooks, limits
-from worker.runtime.retry import RetryCause
+from worker.runtime.observers import hook_points, hooks
+from worker.runtime.policy import limits
+from worker.runtime.policy.retry import RetryCause
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ SLOT_WAIT_SECONDS = Counter(
 
 
 class MetricsHooks(hooks.TurnHooks):
-    """Keeps the metrics above from the runtime's hook points (`worker.runtime.hooks`, `.hook_points`)."""
+    """Keeps the metrics above from the runtime's hook points (`worker.runtime.observers.hooks`, `.hook_points`)."""
 
     def provider_admitted(self, event: hook_points.ProviderAdmitted) -> None:
         PROVIDER_REQUESTS.labels(event.model).inc()

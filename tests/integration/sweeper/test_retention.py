@@ -16,7 +16,7 @@ from tests.support.env import environ
 from worker.deletion import purge_idle_sessions
 from worker.producer import cancel_turn, create_session, submit_turn
 from worker.queries import usage_report
-from worker.runtime.sweeper import purge_expired
+from worker.runtime.recovery.sweeper import purge_expired
 
 pytestmark = pytest.mark.usefixtures("chatq_env")
 

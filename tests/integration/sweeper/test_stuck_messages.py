@@ -25,7 +25,7 @@ from models.db import session_scope
 from models.tables import Turn
 from worker.markers import SENT_MARKER_TTL, sent_marker
 from worker.producer import create_session, submit_turn
-from worker.runtime.sweeper import sweep_once
+from worker.runtime.recovery.sweeper import sweep_once
 from worker.unacked import UNACKED, UNACKED_INDEX
 
 GRACE = 2.0

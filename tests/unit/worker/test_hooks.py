@@ -1,4 +1,4 @@
-"""The hook registry (worker.runtime.hooks): hooks are called in order, and one that raises breaks nothing."""
+"""The hook registry (worker.runtime.observers.hooks): hooks are called in order, and one that raises breaks nothing."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from prometheus_client import REGISTRY
 from chatq.settings import mask_secrets
 from worker.ops.logs import LogHooks
 from worker.ops.metrics import MetricsHooks
-from worker.runtime import hook_points, hooks
-from worker.runtime.retry import RetryCause
+from worker.runtime.observers import hook_points, hooks
+from worker.runtime.policy.retry import RetryCause
 from worker.wiring import get_hooks
 
 FACTS = hooks.Facts(turn_id=uuid.uuid4(), session_id=uuid.uuid4(), attempt=1, framework="none", model="echo")
@@ -50,10 +50,10 @@ def test_hooks_are_called_in_registration_order_at_each_point() -> None:
 def test_a_hook_that_raises_is_logged_masked_and_the_next_one_still_runs(caplog: pytest.LogCaptureFixture) -> None:
     calls: list[str] = []
     registry = hooks.HookRegistry([Broken(), Recorder("after", calls)])
-    with caplog.at_level(logging.WARNING, logger="worker.runtime.hooks"):
+    with caplog.at_level(logging.WARNING, logger="worker.runtime.observers.hooks"):
         registry.started(hooks.Started(turn=FACTS, deliveries=1))  # does not raise
     assert calls == ["after.started"]
-    [record] = [r for r in caplog.records if r.name == "worker.runtime.hooks"]
+    [record] = [r for r in caplog.records if r.name == "worker.runtime.observers.hooks"]
     assert "Broken.started raised, ignored" in record.getMessage()
     assert "hunter2" not in record.getMessage()
     assert record.getMessage() == mask_secrets(record.getMessage())
@@ -204,7 +204,7 @@ def test_a_process_that_is_not_wired_refuses_to_run_hooks_and_the_app_wires_it()
     script = (
         "import sys\n"
         "from worker.errors import HooksNotWired\n"
-        "from worker.runtime.observers import get_hooks\n"
+        "from worker.runtime.observers.observers import get_hooks\n"
         "try:\n"
         "    get_hooks()\n"
         "except HooksNotWired:\n"

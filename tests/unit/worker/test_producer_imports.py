@@ -37,5 +37,7 @@ def test_importing_the_producer_loads_no_runtime_module() -> None:
 
 def test_the_check_sees_a_runtime_module_when_one_is_loaded() -> None:
     # What the producer imported before: runtime/webhooks (scheduling) and runtime/deletion.
-    loaded = _loaded_by(SCRIPT.replace("import worker.producer", "import worker.producer, worker.runtime.webhooks"))
-    assert "worker.runtime.webhooks" in _forbidden(loaded)
+    loaded = _loaded_by(
+        SCRIPT.replace("import worker.producer", "import worker.producer, worker.runtime.webhooks.deliveries")
+    )
+    assert "worker.runtime.webhooks.deliveries" in _forbidden(loaded)

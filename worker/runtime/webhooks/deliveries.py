@@ -1,6 +1,6 @@
 """Webhooks: when a turn with a webhook ends, chatq POSTs the turn to it, at least once, signed.
 
-The lifecycle hook `WebhookHooks` (`worker.runtime.observers.default_hooks`) schedules a delivery
+The lifecycle hook `WebhookHooks` (`worker.runtime.observers.observers.default_hooks`) schedules a delivery
 when a turn ends succeeded, failed or cancelled (the producer does for a turn cancelled while
 queued, which no worker sees end): one `webhook_deliveries` row per turn (its id is the delivery
 id, `X-Chatq-Delivery`, and the Celery task id) and one `chatq.deliver_webhook` message on the
@@ -9,7 +9,7 @@ turn's thread.
 
 `deliver` is one attempt, called by the task: the body is fixed at the first attempt (the turn as
 `GET /turns/{id}` returns it, without its own `webhook` entry), the host resolved and checked
-(`worker.webhook_urls`), the request signed and sent (`worker.runtime.webhook_http`), and the
+(`worker.webhook_urls`), the request signed and sent (`worker.runtime.webhooks.webhook_http`), and the
 answer recorded on the row (attempts, last status code, last error). Anything but a 2xx is retried
 on the policy's back-off (`RetryPolicy.after_webhook_attempt`, about an hour); a refused address
 fails at once. A worker process sends at most `CHATQ_WEBHOOK_CONCURRENCY` deliveries at a time
@@ -40,11 +40,11 @@ from worker.dispatch import WEBHOOK_TASK_NAME as TASK_NAME
 from worker.dispatch import schedule_delivery
 from worker.errors import TurnNotFound, WebhookRefused
 from worker.payload import WEBHOOK_QUEUE
-from worker.runtime import hooks
-from worker.runtime.hook_points import WebhookAttempt
-from worker.runtime.observers import get_hooks
-from worker.runtime.retry import retry_policy
-from worker.runtime.webhook_http import Answer, post, signed_headers
+from worker.runtime.observers import hooks
+from worker.runtime.observers.hook_points import WebhookAttempt
+from worker.runtime.observers.observers import get_hooks
+from worker.runtime.policy.retry import retry_policy
+from worker.runtime.webhooks.webhook_http import Answer, post, signed_headers
 from worker.webhook_urls import resolve_target
 
 __all__ = [

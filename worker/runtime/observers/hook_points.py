@@ -1,9 +1,9 @@
 """Hook points outside a turn's lifecycle: what the runtime counts for operators, as named events.
 
 The provider's admission, the sweeper, webhook deliveries and the dead letters call these points
-on the process's registry (`worker.runtime.observers.get_hooks()`) instead of bumping counters
+on the process's registry (`worker.runtime.observers.observers.get_hooks()`) instead of bumping counters
 inline; `worker.ops.metrics.MetricsHooks` turns them into Prometheus counters. `TurnHooks`
-(`worker.runtime.hooks`) inherits them, so one observer class can watch both kinds of point.
+(`worker.runtime.observers.hooks`) inherits them, so one observer class can watch both kinds of point.
 """
 
 from __future__ import annotations

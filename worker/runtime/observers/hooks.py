@@ -2,7 +2,7 @@
 
 Modelled on dramatiq's middleware: `TurnHooks` has one no-op method per hook point, a hook
 overrides the ones it cares about, and the process's `HookRegistry` (built once, by
-`worker.runtime.observers.get_hooks()`, from `worker.wiring.default_hooks()`) calls every hook in order.
+`worker.runtime.observers.observers.get_hooks()`, from `worker.wiring.default_hooks()`) calls every hook in order.
 A hook that raises is logged (masked) and skipped; the turn and the hooks after it go on. Hooks
 run on the turn's thread, in the middle of its delivery: they must be quick and must not block
 (hand slow work to a thread).
@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from chatq.settings import get_settings, mask_secrets
-from worker.runtime.hook_points import ServiceEmitter, ServiceHooks
-from worker.runtime.retry import RetryCause
+from worker.runtime.observers.hook_points import ServiceEmitter, ServiceHooks
+from worker.runtime.policy.retry import RetryCause
 
 if TYPE_CHECKING:
     from worker.payload import TurnRequest
@@ -165,7 +165,7 @@ class Failed:
 
 @dataclass(frozen=True, kw_only=True)
 class Retried:
-    """The delivery is given up for now; the policy (`worker.runtime.retry`) sends it again after `delay`."""
+    """The delivery is given up for now; the policy (`worker.runtime.policy.retry`) sends it again after `delay`."""
 
     turn: Facts
     """The turn and the attempt that ended (0 when none ran)."""
@@ -226,7 +226,8 @@ class Ended:
     turn: Facts
     """The turn and attempt."""
     outcome: str
-    """`worker.runtime.runner.Outcome`'s value, or `raised` when the attempt raised (an outage: the task retries)."""
+    """`worker.runtime.delivery.runner.Outcome`'s value, or `raised` when the attempt raised (an outage:
+    the task retries)."""
     seconds: float
     """From the claim to the end of the attempt."""
     error: str | None = None
@@ -234,7 +235,7 @@ class Ended:
 
 
 class TurnHooks(ServiceHooks):
-    """Observer of turn lifecycles (and of the points outside a turn, `worker.runtime.hook_points`):
+    """Observer of turn lifecycles (and of the points outside a turn, `worker.runtime.observers.hook_points`):
     override the points you need; each default does nothing."""
 
     def before_claim(self, event: Claiming) -> None:

@@ -6,7 +6,7 @@ import logging
 
 from chatq.settings import mask_secrets
 from worker.deletion import forget_turns
-from worker.runtime import hooks
+from worker.runtime.observers import hooks
 from worker.store import turns
 
 __all__ = ["ForgetDeletedTurns"]

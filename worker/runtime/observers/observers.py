@@ -1,4 +1,4 @@
-"""The process's hook registry (`worker.runtime.hooks`), filled by the edge that wires the process.
+"""The process's hook registry (`worker.runtime.observers.hooks`), filled by the edge that wires the process.
 
 Which observers a worker runs (the metrics and log lines of `worker.ops`, webhooks, ...) is decided
 above the rooms, in `worker.wiring`, which the Celery app loads with its task modules: the runtime
@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 from chatq.per_process import PerProcess
 from worker.errors import HooksNotWired
-from worker.runtime.hooks import HookRegistry, TurnHooks
+from worker.runtime.observers.hooks import HookRegistry, TurnHooks
 
 __all__ = ["get_hooks", "wire"]
 

@@ -1,4 +1,4 @@
-"""The sweeper (every worker runs it every CHATQ_SWEEP_INTERVAL seconds, worker/runtime/sweep_timer.py;
+"""The sweeper (every worker runs it every CHATQ_SWEEP_INTERVAL seconds, worker/runtime/recovery/sweep_timer.py;
 `chatq beat` can too, through the `chatq.sweep` task).
 
 Redis is only transport and keeps nothing on disk, so Postgres is searched for turns whose
@@ -30,9 +30,10 @@ from models.tables import ChatMessage, Turn, TurnStatus
 from worker import unacked
 from worker.dispatch import send_turns
 from worker.markers import still_waiting
-from worker.runtime import bindings, terminal_repair
-from worker.runtime.hook_points import SweepRepaired, SweepResent
-from worker.runtime.observers import get_hooks
+from worker.runtime.intake import bindings
+from worker.runtime.observers.hook_points import SweepRepaired, SweepResent
+from worker.runtime.observers.observers import get_hooks
+from worker.runtime.recovery import terminal_repair
 from worker.store import claims
 from worker.store.turns import NextTurn, runs_next
 
@@ -63,7 +64,7 @@ class SweepReport:
 
 
 def declare_queues() -> None:
-    """Declare chatq's queues again and drop stray bindings (`worker.runtime.bindings`)."""
+    """Declare chatq's queues again and drop stray bindings (`worker.runtime.intake.bindings`)."""
     from worker.app import app
 
     bindings.declare_queues(app)
@@ -97,7 +98,7 @@ def sweep_once(settings: Settings | None = None) -> SweepReport:
 
 def repair_terminal_events(settings: Settings | None = None) -> int:
     """Publish the terminal events of ended turns whose publisher died before it did
-    (`worker.runtime.terminal_repair`); returns how many."""
+    (`worker.runtime.recovery.terminal_repair`); returns how many."""
     retention = (settings or get_settings()).event_retention
     try:
         repaired = terminal_repair.publish_missing_terminal_events(retention=retention)

@@ -24,10 +24,11 @@ from handlers.errors import ProviderBusy
 from handlers.tokens import count_tokens
 from worker.events import EventType, TurnEvents, get_redis
 from worker.payload import INTERACTIVE_QUEUE
-from worker.runtime import hook_points, hooks, limits
-from worker.runtime.hooks import Facts
-from worker.runtime.observers import get_hooks
-from worker.runtime.retry import RetryDecision, retry_policy
+from worker.runtime.observers import hook_points, hooks
+from worker.runtime.observers.hooks import Facts
+from worker.runtime.observers.observers import get_hooks
+from worker.runtime.policy import limits
+from worker.runtime.policy.retry import RetryDecision, retry_policy
 from worker.storable import is_outage
 from worker.store import claims
 
