@@ -28,9 +28,9 @@ def broker_ssl_options(url: str) -> dict[str, object] | None:
 
 
 broker_url = _settings.redis_url
-# kombu's Redis transport with each queue item checked before kombu parses it (worker/runtime/broker.py), and one
+# kombu's Redis transport with each queue item checked before kombu parses it (worker/runtime/intake/broker.py), and one
 # Redis client per channel instead of one per publish (chatq/shortcuts/kombu_channel.py).
-broker_transport = "worker.runtime.broker:Transport"
+broker_transport = "worker.runtime.intake.broker:Transport"
 broker_use_ssl = broker_ssl_options(broker_url)
 # Keep trying while Redis starts (compose, rolling restarts) instead of exiting at boot.
 broker_connection_retry_on_startup = True

@@ -1,7 +1,7 @@
 """Per-stage CPU of one turn, in-process: `python -m bench.profile_turn [--turns N] [--model M] [--cprofile FILE]`.
 
 Not one of the targets: a diagnostic for "where does a turn's CPU go". Turns are submitted with
-`submit_turn` and run one at a time in this process with `worker.runtime.runner.execute_turn` (what the
+`submit_turn` and run one at a time in this process with `worker.runtime.delivery.runner.execute_turn` (what the
 Celery task calls), so everything except Celery itself is covered. Each stage is wrapped and
 charged the process CPU time (`time.process_time`, all threads: LangGraph runs nodes on its own
 threads) it used; stages nest (a publish inside the handler loop is also part of `run_handler`).
@@ -30,18 +30,18 @@ STAGES: list[tuple[str, str, str]] = [
     ("submit_turn", "worker.producer", "submit_turn"),
     ("  claims.insert_turn", "worker.store.claims", "insert_turn"),
     ("  send_task", "worker.producer", "send_turn"),
-    ("execute_turn", "worker.runtime.runner", "execute_turn"),
+    ("execute_turn", "worker.runtime.delivery.runner", "execute_turn"),
     ("  claim_turn", "worker.store.claims", "claim_turn"),
     ("    claims._claim_slow", "worker.store.claims", "_claim_slow"),
     ("  claims.ensure_turn (raw messages)", "worker.store.claims", "ensure_turn"),
-    ("  TurnEvents.resume (last_seq)", "worker.runtime.runner", "TurnEvents.resume"),
-    ("  run_handler", "worker.runtime.runner", "run_handler"),
+    ("  TurnEvents.resume (last_seq)", "worker.runtime.delivery.runner", "TurnEvents.resume"),
+    ("  run_handler", "worker.runtime.delivery.runner", "run_handler"),
     ("    get_agent_handler", "handlers", "get_agent_handler"),
     ("    build_turn_input", "handlers.turn_input", "build_turn_input"),
     ("      trim_history (with the store's reads)", "handlers.turn_input", "trim_history"),
     ("  complete_turn", "worker.store.claims", "complete_turn"),
-    ("  kick_next", "worker.runtime.runner", "kick_next"),
-    ("  lease register/unregister", "worker.runtime.leases", "LeaseKeeper.register"),
+    ("  kick_next", "worker.runtime.delivery.runner", "kick_next"),
+    ("  lease register/unregister", "worker.runtime.recovery.leases", "LeaseKeeper.register"),
     ("every stream event, wherever published: TurnEvents.publish", "worker.events", "TurnEvents.publish"),
     ("  of which TurnEvents.send (JSON + one Redis pipeline)", "worker.events", "TurnEvents.send"),
 ]
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
         use_stub(stub.base_url)
         from worker import producer
         from worker.payload import TurnRequest
-        from worker.runtime import runner
+        from worker.runtime.delivery import runner
 
         def one(session_id: Any) -> None:
             if args.raw:  # another language's producer: only the message, a session nobody created

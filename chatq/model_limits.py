@@ -7,7 +7,7 @@ name there), or every other model (`"*"`), and whose values give any of
     {"rpm": 500, "tpm": 200000, "max_concurrent": 16}
 
 (requests per minute, tokens per minute, requests in flight). A limit left out is not enforced;
-the adaptive limit (`worker.runtime.limits`) still applies. Parsed once at start-up, so a bad value
+the adaptive limit (`worker.runtime.policy.limits`) still applies. Parsed once at start-up, so a bad value
 stops the worker with one line.
 """
 

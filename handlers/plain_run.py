@@ -13,7 +13,7 @@ handler's stream is closed at its next event; a call it is blocked in runs on un
 What the handler yields or returns is brought to chatq's types here: its events to
 `StreamEvent`, its messages (`AgentMessage`, another class with the same fields, or dicts
 `{"role", "content", ...}`) to `AgentMessage`. Anything that is not a message is left as it is,
-for the worker to refuse as "no reply" (`worker/runtime/replies.py`). No agent framework is
+for the worker to refuse as "no reply" (`worker/runtime/delivery/replies.py`). No agent framework is
 imported here.
 """
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+import worker.wiring  # noqa: F401  (wires the process's hooks, as the Celery app does in a worker)
 from tests.support.env import environ
 from tests.support.services import fresh_database, private_redis_db
 

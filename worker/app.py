@@ -19,12 +19,13 @@ class ChatqCelery(Celery):
         return self.subclass_with_self(Worker)
 
 
-# worker.runtime.sweep_timer connects the in-worker sweep's signal handlers (loaded at worker start,
-# after the app exists).
+# worker.runtime.recovery.sweep_timer connects the in-worker sweep's signal handlers (loaded at worker start,
+# after the app exists); worker.wiring wires the hooks every worker runs (metrics, logs, webhooks). It
+# is named here, not imported: it imports the runtime, whose modules import this app.
 # ChatqEvents: Celery's task-event dispatcher without the race that drops events (chatq.shortcuts.celery_events).
 app = ChatqCelery(
     "chatq",
-    include=["worker.runtime.tasks", "worker.runtime.sweep_timer"],
+    include=["worker.runtime.intake.tasks", "worker.runtime.recovery.sweep_timer", "worker.wiring"],
     events="chatq.shortcuts.celery_events:ChatqEvents",
 )
 app.config_from_object("celeryconfig")

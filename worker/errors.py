@@ -13,6 +13,7 @@ __all__ = [
     "CliError",
     "ConfigError",
     "HandBack",
+    "HooksNotWired",
     "InvalidCursor",
     "InvalidTurn",
     "LeaseLost",
@@ -107,3 +108,7 @@ class LeaseLost(ChatqError):
 
 class HandBack(ChatqError):
     """The worker is shutting down: give the turn to another worker."""
+
+
+class HooksNotWired(ChatqError):
+    """The process's hooks are not wired: import worker.wiring (the Celery app loads it) before running turns."""

@@ -7,7 +7,7 @@ cancel, or the sweep repairing an event its publisher died before sending) publi
 after it publishes nothing. A turn that may end is first put in the unended set (`UNENDED`): its
 `started` event does that, and so does a cancel before it commits; the terminal script takes it
 out again. What stays there is a turn whose terminal event never came, and the sweep looks only
-at those (`worker.runtime.terminal_repair`), never at the whole turns table.
+at those (`worker.runtime.recovery.terminal_repair`), never at the whole turns table.
 """
 
 from __future__ import annotations

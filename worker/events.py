@@ -4,7 +4,7 @@ Each event costs one round trip: PUBLISH, XADD and EXPIRE go in one write (`chat
 a terminal event goes through a script that lets only a turn's first one out (`worker.event_scripts`).
 Publishing is best effort by design: Postgres holds the truth, so a Redis hiccup is logged and the
 turn goes on rather than failing a reply the model already produced (the sweep publishes a terminal
-event that did not get out, `worker.runtime.terminal_repair`).
+event that did not get out, `worker.runtime.recovery.terminal_repair`).
 """
 
 from __future__ import annotations

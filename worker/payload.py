@@ -25,9 +25,9 @@ INTERACTIVE_QUEUE = "chatq"
 BATCH_QUEUE = "chatq.batch"
 QUEUES = (INTERACTIVE_QUEUE, BATCH_QUEUE)
 WEBHOOK_QUEUE = "chatq.webhooks"
-"""The queue of webhook deliveries (`worker.runtime.webhooks`); turns cannot be submitted to it."""
+"""The queue of webhook deliveries (`worker.runtime.webhooks.deliveries`); turns cannot be submitted to it."""
 GUARDED_QUEUES = (*QUEUES, WEBHOOK_QUEUE)
-"""Every queue chatq's workers consume, each item checked before kombu parses it (`worker.runtime.intake`)."""
+"""Every queue chatq's workers consume, each item checked before kombu parses it (`worker.runtime.intake.intake`)."""
 KNOWN_FIELDS = frozenset({"turn_id", "session_id", "content", "images", "reply_to"})
 _IMAGE_PREFIXES = ("http://", "https://", "data:image/")
 MAX_MODEL_CHARS = 200

@@ -23,6 +23,9 @@ from handlers import framework_names
 from models.db import autocommit_scope, session_scope
 from models.knowledge import attach_knowledge_bases
 from models.tables import ChatMessage, ChatSession, Turn, TurnStatus
+from worker.deletion import DeletedSessionReport
+from worker.deletion import delete_session as _delete_session
+from worker.dispatch import kick_next, schedule_delivery, send_turn
 from worker.errors import (
     InvalidTurn,
     NotCancellable,
@@ -52,10 +55,6 @@ from worker.payload import (
     validate_reply_to,
     validate_system_prompt,
 )
-from worker.runtime.deletion import DeletedSessionReport
-from worker.runtime.deletion import delete_session as _delete_session
-from worker.runtime.dispatch import kick_next, send_turn
-from worker.runtime.webhooks import schedule_delivery
 from worker.schema import explains_missing_schema
 from worker.sessions import KEEP, Keep
 from worker.sessions import update_session as _update_session

@@ -86,8 +86,8 @@ def test_postgres_down_while_the_handler_reads_history_is_not_charged_to_the_age
     against the model stub.
     """
     import models.history
-    from worker.runtime.runner import execute_turn
-    from worker.runtime.tasks import INFRASTRUCTURE_ERRORS
+    from worker.runtime.delivery.runner import execute_turn
+    from worker.runtime.intake.tasks import INFRASTRUCTURE_ERRORS
     from worker.store.claims import ensure_turn
 
     session_id = create_session(framework="langgraph", model=STUB_MODEL)

@@ -149,7 +149,7 @@ def fuzz_env(chatq_env: dict[str, str]) -> Iterator[dict[str, str]]:
 def test_the_task_rejects_malformed_payloads_and_stores_nothing(
     fuzz_env: dict[str, str], case: tuple[str, dict[str, Any]]
 ) -> None:
-    from worker.runtime.tasks import run_turn
+    from worker.runtime.intake.tasks import run_turn
 
     turn_id, payload = case
     result = run_turn.apply(kwargs=payload, task_id=turn_id)

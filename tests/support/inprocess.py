@@ -2,10 +2,10 @@
 
 `InProcessWorker` pops the same list items a `chatq worker` pops (BRPOP over `chatq`, `chatq.batch`,
 `chatq.webhooks`, in that order of priority), checks each with the worker's own intake
-(`worker.runtime.intake.inspect`), drops the sent-marker on receipt as the worker's `task_received`
-handler does, and runs what the Celery task bodies of `worker.runtime.tasks` run: `execute_turn`
+(`worker.runtime.intake.intake.inspect`), drops the sent-marker on receipt as the worker's `task_received`
+handler does, and runs what the Celery task bodies of `worker.runtime.intake.tasks` run: `execute_turn`
 with a `Runtime` built here (lease length, hooks, retry policy from the test's settings), or one
-webhook attempt (`worker.runtime.webhooks.deliver`). A delivery the task would retry (the runner's
+webhook attempt (`worker.runtime.webhooks.deliveries.deliver`). A delivery the task would retry (the runner's
 RETRY, BUSY or WAITING, an outage, a busy webhook) runs again after the same countdown, as Celery's
 retry would send it. The real Postgres, Redis and model stub are used throughout; only the process,
 its signals and Celery's consumer are not — tests about those keep a real worker
@@ -34,15 +34,15 @@ import redis
 from chatq.settings import get_settings
 from tests.support.env import environ
 from worker.errors import InvalidTurn
+from worker.markers import mark_taken
 from worker.payload import BATCH_QUEUE, GUARDED_QUEUES, INTERACTIVE_QUEUE, TASK_NAME, parse_turn_request, parse_uuid
-from worker.runtime import intake
-from worker.runtime.leases import LeaseKeeper
-from worker.runtime.markers import mark_taken
-from worker.runtime.observers import get_hooks
-from worker.runtime.process import Runtime
-from worker.runtime.retry import RetryPolicy, retry_policy
-from worker.runtime.runner import Outcome, Result, execute_turn, reject, retry_after_outage
+from worker.runtime.delivery.process import Runtime
+from worker.runtime.delivery.runner import Outcome, Result, execute_turn, reject, retry_after_outage
+from worker.runtime.intake import intake
+from worker.runtime.policy.retry import RetryPolicy, retry_policy
+from worker.runtime.recovery.leases import LeaseKeeper
 from worker.storable import OUTAGE_ERRORS
+from worker.wiring import get_hooks
 
 WEBHOOK_TASK = "chatq.deliver_webhook"
 
@@ -132,7 +132,7 @@ class InProcessWorker:
         self._runtime = build_runtime()
         # The process's webhook delivery slots are sized by the settings of their first use (a
         # worker's settings never change); this runtime's settings are the test's.
-        from worker.runtime import webhooks
+        from worker.runtime.webhooks import deliveries as webhooks
 
         with webhooks._slots_lock:
             webhooks._slots.pop(os.getpid(), None)
@@ -303,7 +303,7 @@ class InProcessWorker:
 
     def _deliver_webhook(self, delivery: Delivery) -> None:
         """What the `chatq.deliver_webhook` task body does: one attempt, retried as it says."""
-        from worker.runtime.webhooks import DeliveryOutcome, deliver
+        from worker.runtime.webhooks.deliveries import DeliveryOutcome, deliver
 
         if delivery.args or set(delivery.kwargs) != {"delivery_id"}:
             raise InvalidTurn("chatq.deliver_webhook takes one keyword argument, delivery_id")

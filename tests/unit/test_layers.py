@@ -140,14 +140,16 @@ def test_there_is_no_import_cycle() -> None:
 def test_the_cycle_finder_finds_a_cycle_and_the_graph_sees_lazy_imports() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
-    # worker.runtime.relay imports handlers only inside a function: the graph still has the edge.
-    assert "handlers" in import_graph()["worker.runtime.relay"]
+    # worker.runtime.delivery.relay imports handlers only inside a function: the graph still has the edge.
+    assert "handlers" in import_graph()["worker.runtime.delivery.relay"]
 
 
 # worker/'s rooms (README, "Where things live"). The shared modules at its top import no room; the
 # store (a turn's rows and transitions) imports no other room, the runtime and ops never reach up
 # into the edges (the CLI, the gateway), and the edges stay apart.
-# worker.app, worker.celery and worker.producer are entry points that wire rooms, so no rule binds them.
+# The runtime calls named hook points that ops implements, and never imports ops: worker.wiring joins them.
+# The session side (producer, deletion, dispatch) never imports the runtime either. worker.app, worker.celery
+# and worker.wiring are entry points that wire rooms, so no rule binds them.
 WORKER_SHARED = {
     f"worker.{name}"
     for name in (
@@ -163,13 +165,19 @@ WORKER_SHARED = {
         "sessions",
         "waiting",
         "webhook_urls",
+        "log_context",
+        "markers",
+        "unacked",
     )
 }
+# The session side: what a producer (a web app that only submits) loads; never the runtime.
+WORKER_SESSION_SIDE = {f"worker.{name}" for name in ("producer", "deletion", "dispatch")}
 WORKER_ROOMS = ("store", "runtime", "ops", "cli", "gateway")
 ROOM_MAY_NOT_IMPORT = {
-    "shared": {"store", "runtime", "ops", "cli", "gateway", "entry"},
+    "shared": {"store", "runtime", "ops", "cli", "gateway", "session", "entry"},
+    "session": {"runtime", "ops", "cli", "gateway"},
     "store": {"runtime", "ops", "cli", "gateway"},
-    "runtime": {"cli", "gateway"},
+    "runtime": {"ops", "cli", "gateway"},
     "ops": {"cli", "gateway"},
     "cli": {"gateway"},
     "gateway": {"cli"},
@@ -182,20 +190,36 @@ def _room(module: str) -> str | None:
         return None
     if len(parts) > 1 and parts[1] in WORKER_ROOMS:
         return parts[1]
+    if module in WORKER_SESSION_SIDE:
+        return "session"
     return "shared" if module in WORKER_SHARED else "entry"
 
 
-def test_worker_rooms_point_one_way() -> None:
-    crossing = [
+def _crossings(graph: dict[str, set[str]]) -> list[str]:
+    return [
         f"{module} -> {target}"
-        for module, targets in sorted(import_graph().items())
+        for module, targets in sorted(graph.items())
         for target in sorted(targets)
         if (room := _room(module)) in ROOM_MAY_NOT_IMPORT and _room(target) in ROOM_MAY_NOT_IMPORT[room]
     ]
-    assert crossing == []
+
+
+def test_worker_rooms_point_one_way() -> None:
+    assert _crossings(import_graph()) == []
     # Every top-level worker module is named here: a new one is placed in a room on purpose.
-    top = {name for name in import_graph() if name.count(".") == 1 and _room(name) in {"shared", "entry"}}
-    assert top == WORKER_SHARED | {"worker.app", "worker.celery", "worker.producer"}
+    top = {name for name in import_graph() if name.count(".") == 1 and _room(name) in {"shared", "session", "entry"}}
+    assert top == WORKER_SHARED | WORKER_SESSION_SIDE | {"worker.app", "worker.celery", "worker.wiring"}
+
+
+def test_the_runtime_may_not_import_ops_and_a_planted_import_is_caught() -> None:
+    # The runner used to import worker.ops.logs for its log context; a lazy import counts as much.
+    planted = ast.parse("def f():\n    from worker.ops.logs import LogHooks\n")
+    modules = _modules()
+    graph = import_graph()
+    graph["worker.runtime.delivery.runner"] |= {t for node in _imports(planted) for t in _targets(node, modules)}
+    assert _crossings(graph) == ["worker.runtime.delivery.runner -> worker.ops.logs"]
+    # The edge that joins them may import both.
+    assert {"worker.ops.metrics", "worker.runtime.observers.observers"} <= import_graph()["worker.wiring"]
 
 
 def _private_imports(tree: ast.AST) -> Iterator[str]:

@@ -23,10 +23,10 @@ from handlers import framework_names
 from models.db import connection_scope, session_scope
 from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
 from worker.cli.batch_resume import Comparison, Found, append_turns, compare, load_stored
+from worker.dispatch import send_turns
 from worker.errors import InvalidTurn
+from worker.markers import in_queue
 from worker.payload import BATCH_QUEUE, task_message, validate_content
-from worker.runtime.dispatch import send_turns
-from worker.runtime.markers import in_queue
 from worker.store import claims
 from worker.store.turns import runs_next
 from worker.webhook_urls import validate_webhook

@@ -200,7 +200,7 @@ _HELD = {
 def provider_note(now: float) -> str:
     """`  held back by the provider (...)` while the model service or its shared limits hold turns back."""
     try:
-        from worker.runtime.limits import held_back
+        from worker.runtime.policy.limits import held_back
 
         held = held_back(now)
     except Exception:  # the bar goes on without the note

@@ -6,7 +6,7 @@ Flower by default serves everything, task arguments included, to anyone who can 
 to run it open is `--unauthenticated` (our flag) on a loopback address.
 
 Task arguments never show user content: the producer sends `kwargsrepr` with ids and sizes only
-(worker/runtime/dispatch.py), and that repr is what Flower displays.
+(worker/dispatch.py), and that repr is what Flower displays.
 
 Flower exempts `/metrics` (and `/healthcheck`) from its authentication by design. `chatq flower`
 runs Flower through this module (`python -m worker.ops.flower`), which first makes `/metrics` ask for

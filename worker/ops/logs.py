@@ -8,44 +8,23 @@ masked (`chatq.settings.mask_secrets`: URL passwords and the configured secret v
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import json
 import logging
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 from chatq.settings import get_settings, mask_secrets
-from worker.runtime import hooks
-from worker.runtime.retry import RetryCause
-
-_turn: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("chatq_turn", default=None)
-
-
-@contextlib.contextmanager
-def turn_context(*, turn_id: object, session_id: object, attempt: int | None = None) -> Iterator[None]:
-    """Tag every log record of this thread with the turn it is running."""
-    token = _turn.set({"turn_id": str(turn_id), "session_id": str(session_id), "attempt": attempt})
-    try:
-        yield
-    finally:
-        _turn.reset(token)
-
-
-def set_attempt(attempt: int) -> None:
-    """Record the attempt number once the claim is known."""
-    current = _turn.get()
-    if current is not None:
-        current["attempt"] = attempt
+from worker.log_context import current_turn
+from worker.runtime.observers import hooks
+from worker.runtime.policy.retry import RetryCause
 
 
 class LogHooks(hooks.TurnHooks):
-    """The per-turn INFO/WARNING lines, from the runner's lifecycle hooks (`worker.runtime.hooks`).
+    """The per-turn INFO/WARNING lines, from the runner's lifecycle hooks (`worker.runtime.observers.hooks`).
 
     They keep the logger `worker.runner` they were written under before hooks existed (and before
-    the runner moved to `worker.runtime.runner`), so operators' filters on it still match. Ids,
+    the runner moved to `worker.runtime.delivery.runner`), so operators' filters on it still match. Ids,
     counts and errors only: never a prompt or a reply.
     """
 
@@ -137,7 +116,7 @@ class TurnContextFilter(logging.Filter):
     """Adds turn_id/session_id/attempt to records and masks secrets in the message."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        context = _turn.get() or {}
+        context = current_turn()
         for key in ("turn_id", "session_id", "attempt"):
             if not hasattr(record, key):
                 setattr(record, key, context.get(key))

@@ -46,8 +46,9 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from worker.runtime import hooks, limits
-from worker.runtime.retry import RetryCause
+from worker.runtime.observers import hook_points, hooks
+from worker.runtime.policy import limits
+from worker.runtime.policy.retry import RetryCause
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,32 @@ SLOT_WAIT_SECONDS = Counter(
 
 
 class MetricsHooks(hooks.TurnHooks):
-    """Keeps the turn metrics above from the runner's lifecycle hooks (`worker.runtime.hooks`)."""
+    """Keeps the metrics above from the runtime's hook points (`worker.runtime.observers.hooks`, `.hook_points`)."""
+
+    def provider_admitted(self, event: hook_points.ProviderAdmitted) -> None:
+        PROVIDER_REQUESTS.labels(event.model).inc()
+
+    def provider_refused(self, event: hook_points.ProviderRefused) -> None:
+        PROVIDER_REFUSALS.labels(event.model, event.status).inc()
+
+    def slot_wait(self, event: hook_points.SlotWait) -> None:
+        SLOT_WAITS.labels(event.model, event.reason).inc()
+        SLOT_WAIT_SECONDS.labels(event.model).inc(event.seconds)
+
+    def sweep_resent(self, event: hook_points.SweepResent) -> None:
+        SWEEPER.labels("resent").inc(event.resent)
+        SWEEPER.labels("expired_lease").inc(event.expired_leases)
+
+    def sweep_repaired(self, event: hook_points.SweepRepaired) -> None:
+        SWEEPER.labels("repaired_event").inc(event.events)
+
+    def webhook_attempt(self, event: hook_points.WebhookAttempt) -> None:
+        if event.seconds is not None:
+            WEBHOOK_SECONDS.observe(event.seconds)
+        WEBHOOK_ATTEMPTS.labels(event.outcome).inc()
+
+    def message_set_aside(self, event: hook_points.MessageSetAside) -> None:
+        SET_ASIDE.labels(event.queue).inc()
 
     def before_claim(self, event: hooks.Claiming) -> None:
         share_scopes()  # scopes an earlier turn was admitted (or held) under

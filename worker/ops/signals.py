@@ -22,7 +22,7 @@ from celery.signals import (
 from chatq.settings import mask_secrets
 from worker.ops.gc_freeze import freeze_startup_objects
 from worker.ops.logs import configure_handlers, quiet_http_clients
-from worker.runtime.leases import begin_hand_back
+from worker.runtime.recovery.leases import begin_hand_back
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
     """Import the agent adapters once at start (the first turn would pay seconds of imports)."""
     from handlers import framework_names, load_handler_class
     from worker.events import get_redis
-    from worker.runtime.bindings import drop_stray_bindings
+    from worker.runtime.intake.bindings import drop_stray_bindings
 
     for framework in framework_names():
         try:
@@ -90,7 +90,7 @@ def _hand_back_on_shutdown(sig: str | None = None, how: str | None = None, **_: 
 def _message_taken(request: Any = None, **_: Any) -> None:
     """The message left the queue: drop its sent-marker now, not when the task starts, so a worker
     that dies with messages reserved leaves them to the sweeper's grace period, not its patience."""
-    from worker.runtime.markers import mark_taken
+    from worker.markers import mark_taken
 
     task_id = getattr(request, "id", None)
     if task_id and getattr(request, "name", None) == "chatq.run_turn":

@@ -1,6 +1,9 @@
-"""The turn runtime: what a worker runs. The tasks and the runner, leases, the sweeper and its
-timer, the lifecycle hooks and the retry policy, and the guarded Redis intake (broker, intake,
-dead letters, bindings, sent-markers, dispatch). The turn's transitions are in `worker.store`.
+"""The turn runtime: what a worker runs, by role. `intake` (the tasks, the guarded Redis intake, dead
+letters, bindings), `delivery` (the runner and relay, the process's shared parts), `policy` (the retry
+policy, the shared model limits, the provider slot), `observers` (the lifecycle hooks and their
+registry), `recovery` (leases, the sweeper and its timer, terminal repair), `webhooks` (delivery
+attempts). The turn's transitions are in `worker.store`; sending messages is `worker.dispatch`.
+It never imports `worker.ops` (`worker.wiring` joins them).
 
 Nothing is re-exported: import the module that holds what you need.
 """

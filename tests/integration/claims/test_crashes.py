@@ -23,7 +23,7 @@ from chatq.settings import get_settings
 from models.db import get_engine, session_scope
 from models.tables import Turn, TurnStatus
 from worker.producer import create_session, submit_turn
-from worker.runtime.sweeper import stale_turns
+from worker.runtime.recovery.sweeper import stale_turns
 from worker.store.claims import ClaimResult, ClaimStatus, _claim_slow, claim_turn
 from worker.store.transition_sql import FAST_CLAIM
 from worker.store.turns import poison_reason

@@ -19,8 +19,8 @@ from models.db import get_engine, session_scope
 from models.knowledge import create_knowledge_base
 from models.tables import Turn, TurnStatus
 from worker.producer import cancel_turn, create_session, submit_turn
-from worker.runtime.relay import handler_session
-from worker.runtime.sweeper import stale_turns
+from worker.runtime.delivery.relay import handler_session
+from worker.runtime.recovery.sweeper import stale_turns
 from worker.store import transition_sql as sql
 from worker.store.claims import (
     ClaimedSession,

@@ -40,7 +40,7 @@ from tests.support.turns import turn_messages
 from worker.history import get_session
 from worker.payload import INTERACTIVE_QUEUE, parse_turn_request
 from worker.producer import create_session, update_session
-from worker.runtime.runner import Outcome, execute_turn
+from worker.runtime.delivery.runner import Outcome, execute_turn
 
 pytestmark = pytest.mark.usefixtures("chatq_env")
 

@@ -27,10 +27,10 @@ from tests.support.fixtures import STUB_API_KEY
 from tests.support.openai_stub import OpenAIStub, message_text
 from tests.support.turns import replay_events, turn_messages, wait_for_turn, wait_for_turns
 from tests.support.workers import WorkerProcess
+from worker.dispatch import send_turn
 from worker.payload import task_message
 from worker.producer import create_session, submit_turn
 from worker.queries import WORKER_DEFAULT, format_usage, usage_report
-from worker.runtime.dispatch import send_turn
 
 pytestmark = pytest.mark.slow
 

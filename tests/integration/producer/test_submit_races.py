@@ -1,7 +1,7 @@
 """`submit_turn` racing a session delete, against the real Postgres: the submit waits on the session
 row the delete holds, and must then say the session is gone, never that its turn "already exists".
 
-The delete is `worker.runtime.deletion`'s own statements, held open in a transaction of the test's
+The delete is `worker.deletion`'s own statements, held open in a transaction of the test's
 until the submit is seen waiting on its lock (pg_stat_activity), then committed.
 """
 
@@ -16,9 +16,9 @@ import pytest
 from sqlalchemy import text
 
 from models.db import autocommit_scope, session_scope
+from worker.deletion import _delete_sessions
 from worker.errors import ChatqError, SessionNotFound
 from worker.producer import create_session, submit_turn
-from worker.runtime.deletion import _delete_sessions
 
 pytestmark = pytest.mark.usefixtures("chatq_env")
 

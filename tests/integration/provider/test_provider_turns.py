@@ -12,7 +12,7 @@ from tests.support.provider_limits import ProviderLimits
 from tests.support.turns import replay_events, wait_for_status, wait_for_turn, wait_for_turns
 from tests.support.workers import WorkerProcess
 from worker.producer import create_session, submit_turn
-from worker.runtime import limits
+from worker.runtime.policy import limits
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""The lifecycle hooks a turn's deliveries emit (worker.runtime.hooks), run in this process: `execute_turn`
+"""The lifecycle hooks a turn's deliveries emit (worker.runtime.observers.hooks), run in this process: `execute_turn`
 against the real Postgres and Redis and the model stub, with a recording hook registered.
 """
 
@@ -17,10 +17,10 @@ from tests.support.fixtures import STUB_API_KEY
 from tests.support.openai_stub import OpenAIStub
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest, parse_turn_request
 from worker.producer import cancel_turn, create_session
-from worker.runtime import hooks
-from worker.runtime.observers import get_hooks
-from worker.runtime.retry import RetryCause
-from worker.runtime.runner import Outcome, Result, execute_turn
+from worker.runtime.delivery.runner import Outcome, Result, execute_turn
+from worker.runtime.observers import hooks
+from worker.runtime.policy.retry import RetryCause
+from worker.wiring import get_hooks
 
 
 class Recording(hooks.TurnHooks):

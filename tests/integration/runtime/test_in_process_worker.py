@@ -11,9 +11,9 @@ import redis
 from tests.support.broker import wait_until
 from tests.support.inprocess import InProcessWorker
 from tests.support.turns import wait_for_turn
+from worker.dispatch import send_turn
+from worker.markers import sent_marker
 from worker.producer import create_session
-from worker.runtime.dispatch import send_turn
-from worker.runtime.markers import sent_marker
 
 
 def test_a_message_sent_with_a_countdown_runs_after_it_and_its_marker_is_dropped(

@@ -1,4 +1,4 @@
-"""The shared limits' Redis scripts (worker.runtime.limits), against the test run's real Redis."""
+"""The shared limits' Redis scripts (worker.runtime.policy.limits), against the test run's real Redis."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from worker.events import get_redis
-from worker.runtime import limits
-from worker.runtime.limits import Scope
+from worker.runtime.policy import limits
+from worker.runtime.policy.limits import Scope
 
 
 @pytest.fixture

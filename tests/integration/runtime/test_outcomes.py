@@ -21,7 +21,7 @@ from tests.support.openai_stub import OpenAIStub
 from tests.support.turns import replay_events, turn_messages
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest, parse_turn_request
 from worker.producer import cancel_turn, create_session
-from worker.runtime.runner import Outcome, Result, execute_turn
+from worker.runtime.delivery.runner import Outcome, Result, execute_turn
 
 WORKER = "in-process@test"
 

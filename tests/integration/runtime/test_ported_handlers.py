@@ -22,7 +22,7 @@ from tests.support.handlers import PORTED_FRAMEWORKS, PORTED_PLUGIN, plugin_inst
 from tests.support.turns import replay_events, turn_messages, wait_for_status
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest, parse_turn_request
 from worker.producer import cancel_turn, create_session
-from worker.runtime.runner import Outcome, Result, execute_turn
+from worker.runtime.delivery.runner import Outcome, Result, execute_turn
 
 INVOKE, STREAM = PORTED_FRAMEWORKS
 IMAGE = "https://x.test/cat.png"

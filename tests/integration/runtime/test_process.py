@@ -1,4 +1,4 @@
-"""The runtime a delivery is given is the one it uses (worker.runtime.process): run in this process
+"""The runtime a delivery is given is the one it uses (worker.runtime.delivery.process): run in this process
 against the real Postgres and Redis and the model stub, with a runtime built by hand beside the
 process's own.
 """
@@ -18,11 +18,11 @@ from tests.support.fixtures import STUB_API_KEY
 from tests.support.openai_stub import OpenAIStub
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest, parse_turn_request
 from worker.producer import create_session
-from worker.runtime import hooks
-from worker.runtime.observers import get_hooks
-from worker.runtime.process import Runtime, current_runtime
-from worker.runtime.retry import RetryPolicy
-from worker.runtime.runner import Outcome, execute_turn
+from worker.runtime.delivery.process import Runtime, current_runtime
+from worker.runtime.delivery.runner import Outcome, execute_turn
+from worker.runtime.observers import hooks
+from worker.runtime.policy.retry import RetryPolicy
+from worker.wiring import get_hooks
 
 
 @pytest.fixture

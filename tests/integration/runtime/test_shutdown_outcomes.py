@@ -25,8 +25,8 @@ from tests.support.openai_stub import OpenAIStub
 from tests.support.turns import replay_events
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest
 from worker.producer import create_session, submit_turn
-from worker.runtime import leases
-from worker.runtime.runner import Outcome, Result, execute_turn
+from worker.runtime.delivery.runner import Outcome, Result, execute_turn
+from worker.runtime.recovery import leases
 
 
 @pytest.fixture

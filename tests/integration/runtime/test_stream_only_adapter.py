@@ -19,7 +19,7 @@ from tests.support.handlers import STREAM_ONLY_PLUGIN, plugin_installed
 from tests.support.turns import replay_events, turn_messages
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest, parse_turn_request
 from worker.producer import create_session
-from worker.runtime.runner import Outcome, execute_turn
+from worker.runtime.delivery.runner import Outcome, execute_turn
 
 FRAMEWORK = "stream_only"
 

@@ -22,11 +22,11 @@ from tests.support.inprocess import InProcessWorker
 from tests.support.scan import redis_mentioning, tables_mentioning
 from tests.support.turns import replay_events, wait_for_status
 from tests.support.workers import WorkerProcess
+from worker.dispatch import send_turn
 from worker.errors import SessionNotFound, TurnNotFound, WaitTimeout
 from worker.payload import task_message
 from worker.producer import create_session, delete_session, get_session, submit_turn, wait_for_turn
 from worker.queries import usage_report
-from worker.runtime.dispatch import send_turn
 
 
 def _totals(report: dict[str, Any]) -> tuple[Any, ...]:

@@ -59,14 +59,14 @@ def test_messages_arrive_in_order_either_way(enabled: bool, redis_url: str) -> N
 
 
 def test_chatqs_guarded_channel_sets_a_refused_item_aside_either_way(enabled: bool, redis_url: str) -> None:
-    # worker.runtime.broker's guard sits on this channel and sends its dead-letter write through
+    # worker.runtime.intake.broker's guard sits on this channel and sends its dead-letter write through
     # `conn_or_acquire`, so it must work on both paths.
     import json
 
     import redis
 
-    from worker.runtime.broker import Channel, Transport
-    from worker.runtime.deadletter import DEAD_LETTER_KEY
+    from worker.runtime.intake.broker import Channel, Transport
+    from worker.runtime.intake.deadletter import DEAD_LETTER_KEY
 
     client = redis.Redis.from_url(redis_url)
     client.delete(DEAD_LETTER_KEY)

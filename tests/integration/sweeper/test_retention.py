@@ -13,10 +13,10 @@ from sqlalchemy import func, select, update
 from models.db import session_scope
 from models.tables import ChatSession, Turn
 from tests.support.env import environ
+from worker.deletion import purge_idle_sessions
 from worker.producer import cancel_turn, create_session, submit_turn
 from worker.queries import usage_report
-from worker.runtime.deletion import purge_idle_sessions
-from worker.runtime.sweeper import purge_expired
+from worker.runtime.recovery.sweeper import purge_expired
 
 pytestmark = pytest.mark.usefixtures("chatq_env")
 

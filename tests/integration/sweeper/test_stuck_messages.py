@@ -23,10 +23,10 @@ from sqlalchemy import func, update
 from chatq.settings import reset_settings
 from models.db import session_scope
 from models.tables import Turn
+from worker.markers import SENT_MARKER_TTL, sent_marker
 from worker.producer import create_session, submit_turn
-from worker.runtime.markers import SENT_MARKER_TTL, sent_marker
-from worker.runtime.sweeper import sweep_once
-from worker.runtime.unacked import UNACKED, UNACKED_INDEX
+from worker.runtime.recovery.sweeper import sweep_once
+from worker.unacked import UNACKED, UNACKED_INDEX
 
 GRACE = 2.0
 

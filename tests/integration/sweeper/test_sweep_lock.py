@@ -15,11 +15,11 @@ from sqlalchemy import text
 
 from models.db import unpooled_connection
 from tests.support.workers import ROOT
-from worker.runtime.sweeper import SWEEP_LOCK_KEY, SweepReport, sweep_exclusively, sweep_lock
+from worker.runtime.recovery.sweeper import SWEEP_LOCK_KEY, SweepReport, sweep_exclusively, sweep_lock
 
 HOLD_LOCK = """
 import sys, time
-from worker.runtime.sweeper import sweep_lock
+from worker.runtime.recovery.sweeper import sweep_lock
 with sweep_lock() as held:
     print("held" if held else "refused", flush=True)
     time.sleep(600)

@@ -16,7 +16,7 @@ from chatq.settings import reset_settings
 from models.db import session_scope
 from models.tables import Turn, TurnStatus
 from worker.producer import create_session, submit_turn
-from worker.runtime.sweeper import sweep_once
+from worker.runtime.recovery.sweeper import sweep_once
 
 
 @pytest.fixture

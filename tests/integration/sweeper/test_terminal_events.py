@@ -1,4 +1,4 @@
-"""Exactly one terminal event per ended turn, whatever dies when (worker/runtime/terminal_repair.py).
+"""Exactly one terminal event per ended turn, whatever dies when (worker/runtime/recovery/terminal_repair.py).
 
 A turn left as `kill -9` leaves it between committing its end and publishing its terminal event
 is made here with the store's own transitions: claimed, `started` and some text published, then
@@ -26,8 +26,8 @@ from worker.event_scripts import UNENDED, add_unended
 from worker.events import TERMINAL_TYPES, EventType, TurnEvents, session_channel
 from worker.payload import GUARDED_QUEUES
 from worker.producer import cancel_turn, create_session, submit_turn
-from worker.runtime import terminal_repair
-from worker.runtime.sweeper import sweep_once
+from worker.runtime.recovery import terminal_repair
+from worker.runtime.recovery.sweeper import sweep_once
 from worker.store import claims
 
 USAGE = {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}

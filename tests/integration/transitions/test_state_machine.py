@@ -30,7 +30,7 @@ from models.tables import ChatMessage, Turn, TurnStatus
 from worker.gateway.store import session_start
 from worker.payload import TurnRequest
 from worker.producer import create_session
-from worker.runtime.sweeper import stale_turns
+from worker.runtime.recovery.sweeper import stale_turns
 from worker.store import claims
 from worker.store.claims import Claim, ClaimStatus
 from worker.store.transition_sql import FAST_CLAIM

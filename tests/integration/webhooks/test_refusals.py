@@ -89,7 +89,7 @@ def test_a_refused_address_counts_no_attempt_and_the_hint_names_the_worker(
     from models.tables import DeliveryStatus, WebhookDelivery
     from tests.support.factories import add_turn, assistant, user
     from worker.cli.commands import main
-    from worker.runtime.webhooks import DeliveryOutcome, deliver
+    from worker.runtime.webhooks.deliveries import DeliveryOutcome, deliver
 
     session_id = create_session(framework="none", model="echo")
     turn = add_turn(session_id, [user("q"), assistant("a")])

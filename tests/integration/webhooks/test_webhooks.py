@@ -28,7 +28,7 @@ from tests.support.workers import WorkerProcess
 from worker.payload import WEBHOOK_QUEUE
 from worker.producer import cancel_turn, create_session, submit_turn
 from worker.queries import turn_report
-from worker.runtime.deadletter import DEAD_LETTER_KEY
+from worker.runtime.intake.deadletter import DEAD_LETTER_KEY
 
 WORKER_ENV = {
     "CHATQ_WEBHOOK_SECRET": SECRET,

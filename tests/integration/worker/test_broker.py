@@ -1,11 +1,11 @@
-"""worker/runtime/broker.py: chatq's Redis transport against the real Redis, through kombu and Celery."""
+"""worker/runtime/intake/broker.py: chatq's Redis transport against the real Redis, through kombu and Celery."""
 
 from __future__ import annotations
 
 import pytest
 from kombu import Connection
 
-from worker.runtime.broker import Channel, Transport
+from worker.runtime.intake.broker import Channel, Transport
 
 pytestmark = pytest.mark.usefixtures("chatq_env")
 
@@ -35,7 +35,7 @@ def test_one_client_serves_every_publish_and_is_rebuilt_after_the_pools_are_drop
 def test_each_queue_has_its_own_binding_and_an_earlier_releases_shared_one_is_dropped(redis_url: str) -> None:
     import redis
 
-    from worker.runtime.sweeper import declare_queues
+    from worker.runtime.recovery.sweeper import declare_queues
 
     client = redis.Redis.from_url(redis_url)
     stray = "chatq\x06\x16\x06\x16chatq.batch"  # both queues on exchange chatq, as before

@@ -23,7 +23,7 @@ from tests.support.turns import wait_for_turn, wait_for_turns
 from tests.support.workers import WorkerProcess
 from worker.events import session_channel
 from worker.producer import create_session, submit_turn
-from worker.runtime.deadletter import DEAD_LETTER_KEY
+from worker.runtime.intake.deadletter import DEAD_LETTER_KEY
 
 pytestmark = pytest.mark.slow
 

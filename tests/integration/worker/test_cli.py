@@ -157,7 +157,7 @@ def test_an_unreachable_database_is_one_clear_line(worker_env: dict[str, str]) -
 def test_producer_commands_import_no_agent_framework(worker_env: dict[str, str]) -> None:
     code = (
         "import sys, worker.cli.commands, worker.producer, worker.queries, worker.cli.follow;"
-        "import worker.runtime.dispatch, worker.app;"
+        "import worker.dispatch, worker.app;"
         "frameworks = ('langchain_core', 'langgraph', 'langchain_openai', 'openai');"
         "bad = [m for m in sys.modules if m.split('.')[0] in frameworks];"
         "print(bad)"

@@ -199,7 +199,7 @@ def test_keyword_arguments_that_are_not_an_object_are_rejected_in_one_line(
             serializer="json",
             headers=headers,
         )
-    # Refused before Celery sees it (worker/runtime/intake.py), and set aside in chatq.dead.
+    # Refused before Celery sees it (worker/runtime/intake/intake.py), and set aside in chatq.dead.
     line = _log_line(worker, f"turn {task_id}", "set aside a malformed message")
     assert "the task's keyword arguments must be an object, got a list" in line
     assert "RuntimeWarning" not in worker.log()

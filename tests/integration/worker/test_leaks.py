@@ -13,10 +13,10 @@ from models.db import autocommit_scope
 from tests.integration.worker.conftest import STUB_MODEL
 from tests.support.turns import replay_events, wait_for_turn, wait_for_turns
 from tests.support.workers import WorkerProcess
+from worker.dispatch import send_turns
+from worker.markers import sent_marker
 from worker.payload import TurnRequest
 from worker.producer import create_session, submit_turn
-from worker.runtime.dispatch import send_turns
-from worker.runtime.markers import sent_marker
 from worker.store.claims import insert_turn
 
 pytestmark = pytest.mark.slow

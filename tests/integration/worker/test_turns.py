@@ -134,7 +134,7 @@ def test_turns_of_one_session_run_in_order_and_see_earlier_replies(
 
 def test_a_turn_sent_only_through_redis_is_inserted_by_the_worker(in_process: InProcessWorker) -> None:
     """A producer in another language sends just the task message; the session is unknown too."""
-    from worker.runtime.dispatch import send_turn
+    from worker.dispatch import send_turn
 
     turn_id, session_id = uuid.uuid4(), uuid.uuid4()
     message = {"turn_id": str(turn_id), "session_id": str(session_id), "content": "hi from Go", "images": None}
@@ -159,7 +159,7 @@ def test_turns_of_different_sessions_overlap(worker: WorkerProcess) -> None:
 
 @pytest.mark.slow
 def test_the_same_task_delivered_twice_stores_one_reply(worker: WorkerProcess) -> None:
-    from worker.runtime.dispatch import send_turn
+    from worker.dispatch import send_turn
 
     session_id = _session()
     turn = submit_turn(session_id, "say it once [slow: 0.05]")

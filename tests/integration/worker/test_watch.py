@@ -17,10 +17,10 @@ from tests.integration.worker.conftest import STUB_MODEL
 from tests.support.cli import chatq
 from tests.support.workers import ROOT, WorkerProcess
 from worker.cli.commands import main
+from worker.dispatch import send_turn
 from worker.events import EventType, TurnEvents
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest
 from worker.producer import create_session
-from worker.runtime.dispatch import send_turn
 from worker.store import claims
 from worker.store.claims import insert_turn
 

@@ -1,18 +1,21 @@
-"""The hook registry (worker.runtime.hooks): hooks are called in order, and one that raises breaks nothing."""
+"""The hook registry (worker.runtime.observers.hooks): hooks are called in order, and one that raises breaks nothing."""
 
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import uuid
 
 import pytest
+from prometheus_client import REGISTRY
 
 from chatq.settings import mask_secrets
 from worker.ops.logs import LogHooks
 from worker.ops.metrics import MetricsHooks
-from worker.runtime import hooks
-from worker.runtime.observers import get_hooks
-from worker.runtime.retry import RetryCause
+from worker.runtime.observers import hook_points, hooks
+from worker.runtime.policy.retry import RetryCause
+from worker.wiring import get_hooks
 
 FACTS = hooks.Facts(turn_id=uuid.uuid4(), session_id=uuid.uuid4(), attempt=1, framework="none", model="echo")
 
@@ -47,10 +50,10 @@ def test_hooks_are_called_in_registration_order_at_each_point() -> None:
 def test_a_hook_that_raises_is_logged_masked_and_the_next_one_still_runs(caplog: pytest.LogCaptureFixture) -> None:
     calls: list[str] = []
     registry = hooks.HookRegistry([Broken(), Recorder("after", calls)])
-    with caplog.at_level(logging.WARNING, logger="worker.runtime.hooks"):
+    with caplog.at_level(logging.WARNING, logger="worker.runtime.observers.hooks"):
         registry.started(hooks.Started(turn=FACTS, deliveries=1))  # does not raise
     assert calls == ["after.started"]
-    [record] = [r for r in caplog.records if r.name == "worker.runtime.hooks"]
+    [record] = [r for r in caplog.records if r.name == "worker.runtime.observers.hooks"]
     assert "Broken.started raised, ignored" in record.getMessage()
     assert "hunter2" not in record.getMessage()
     assert record.getMessage() == mask_secrets(record.getMessage())
@@ -100,6 +103,13 @@ def test_the_registry_offers_every_point_of_the_base_class() -> None:
         "lost",
         "rejected",
         "ended",
+        "provider_admitted",
+        "provider_refused",
+        "slot_wait",
+        "sweep_resent",
+        "sweep_repaired",
+        "webhook_attempt",
+        "message_set_aside",
     }
     for point in hooks.POINTS:
         assert getattr(hooks.HookRegistry, point) is not getattr(hooks.TurnHooks, point), point
@@ -134,3 +144,79 @@ def test_payloads_are_frozen_and_keyword_only() -> None:
     event = hooks.Started(turn=FACTS, deliveries=1)
     with pytest.raises(AttributeError):
         event.deliveries = 2  # type: ignore[misc]
+
+
+def _sample(metric: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(metric, labels) or 0.0
+
+
+def test_the_counters_outside_a_turn_are_hook_points_that_the_metrics_hooks_keep() -> None:
+    # The runtime calls these points (provider, sweeper, webhooks, dead letters); ops counts them.
+    model, queue = f"m-{uuid.uuid4().hex[:8]}", f"q-{uuid.uuid4().hex[:8]}"
+    before = {
+        "admitted": _sample("chatq_provider_requests_total", model=model),
+        "refused": _sample("chatq_provider_refusals_total", model=model, status="429"),
+        "waits": _sample("chatq_provider_slot_waits_total", model=model, reason="tokens"),
+        "wait_s": _sample("chatq_provider_slot_wait_seconds_total", model=model),
+        "resent": _sample("chatq_sweeper_actions_total", action="resent"),
+        "expired": _sample("chatq_sweeper_actions_total", action="expired_lease"),
+        "repaired": _sample("chatq_sweeper_actions_total", action="repaired_event"),
+        "refused_hook": _sample("chatq_webhook_attempts_total", outcome="refused"),
+        "post_s": _sample("chatq_webhook_attempt_seconds_count"),
+        "set_aside": _sample("chatq_messages_set_aside_total", queue=queue),
+    }
+    registry = hooks.HookRegistry([MetricsHooks()])
+    registry.provider_admitted(hook_points.ProviderAdmitted(model=model))
+    registry.provider_refused(hook_points.ProviderRefused(model=model, status="429"))
+    registry.slot_wait(hook_points.SlotWait(model=model, reason="tokens", seconds=2.5))
+    registry.sweep_resent(hook_points.SweepResent(resent=3, expired_leases=1))
+    registry.sweep_repaired(hook_points.SweepRepaired(events=2))
+    registry.webhook_attempt(hook_points.WebhookAttempt(outcome="refused", seconds=None))
+    registry.webhook_attempt(hook_points.WebhookAttempt(outcome="delivered", seconds=0.1))
+    registry.message_set_aside(hook_points.MessageSetAside(queue=queue, reason="not JSON"))
+    after = {
+        "admitted": _sample("chatq_provider_requests_total", model=model),
+        "refused": _sample("chatq_provider_refusals_total", model=model, status="429"),
+        "waits": _sample("chatq_provider_slot_waits_total", model=model, reason="tokens"),
+        "wait_s": _sample("chatq_provider_slot_wait_seconds_total", model=model),
+        "resent": _sample("chatq_sweeper_actions_total", action="resent"),
+        "expired": _sample("chatq_sweeper_actions_total", action="expired_lease"),
+        "repaired": _sample("chatq_sweeper_actions_total", action="repaired_event"),
+        "refused_hook": _sample("chatq_webhook_attempts_total", outcome="refused"),
+        "post_s": _sample("chatq_webhook_attempt_seconds_count"),
+        "set_aside": _sample("chatq_messages_set_aside_total", queue=queue),
+    }
+    assert {key: after[key] - before[key] for key in before} == {
+        "admitted": 1,
+        "refused": 1,
+        "waits": 1,
+        "wait_s": 2.5,
+        "resent": 3,
+        "expired": 1,
+        "repaired": 2,
+        "refused_hook": 1,
+        "post_s": 1,  # a refused attempt made no POST: only the delivered one is timed
+        "set_aside": 1,
+    }
+
+
+def test_a_process_that_is_not_wired_refuses_to_run_hooks_and_the_app_wires_it() -> None:
+    script = (
+        "import sys\n"
+        "from worker.errors import HooksNotWired\n"
+        "from worker.runtime.observers.observers import get_hooks\n"
+        "try:\n"
+        "    get_hooks()\n"
+        "except HooksNotWired:\n"
+        "    pass\n"
+        "else:\n"
+        "    sys.exit('an unwired process ran hooks')\n"
+        "assert not any(name.startswith('worker.ops') for name in sys.modules), 'the runtime loaded ops'\n"
+        "from worker.app import app\n"
+        "assert 'worker.wiring' in app.conf.include\n"
+        "app.loader.import_default_modules()\n"
+        "print([type(hook).__name__ for hook in get_hooks().hooks])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["['MetricsHooks',", "'LogHooks',", "'WebhookHooks',", "'ForgetDeletedTurns']"]

@@ -1,4 +1,4 @@
-"""worker/runtime/intake.py: which raw queue items may reach kombu and Celery, and why the others may not."""
+"""worker/runtime/intake/intake.py: which raw queue items may reach kombu and Celery, and why the others may not."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from chatq.settings import load_settings
 from tests.support.envelopes import GOOD_EMBED, encoded, envelope, turn_kwargs
-from worker.runtime.intake import Accepted, Refused, inspect, max_item_bytes
+from worker.runtime.intake.intake import Accepted, Refused, inspect, max_item_bytes
 
 TASKS = frozenset({"chatq.run_turn", "chatq.sweep"})
 LIMIT = 1_000_000

@@ -1,4 +1,4 @@
-"""The retry policy (worker.runtime.retry): one decision for every cause a turn is delivered again."""
+"""The retry policy (worker.runtime.policy.retry): one decision for every cause a turn is delivered again."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from tests.support.env import environ
-from worker.runtime.retry import RetryCause, RetryDecision, RetryPolicy, retry_policy
+from worker.runtime.policy.retry import RetryCause, RetryDecision, RetryPolicy, retry_policy
 
 
 def test_the_agent_failing_is_retried_until_the_last_attempt_then_given_up() -> None:

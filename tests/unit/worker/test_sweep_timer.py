@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from worker.runtime.sweep_timer import SweepTimer
-from worker.runtime.sweeper import SweepReport
+from worker.runtime.recovery.sweep_timer import SweepTimer
+from worker.runtime.recovery.sweeper import SweepReport
 
 
 class FlakySweep:
@@ -34,7 +34,7 @@ class FlakySweep:
 def test_failing_rounds_are_logged_once_and_the_timer_goes_on(caplog: pytest.LogCaptureFixture) -> None:
     sweep = FlakySweep(failures=3)
     timer = SweepTimer(interval=0.01, sweep=sweep)
-    with caplog.at_level(logging.DEBUG, logger="worker.runtime.sweep_timer"):
+    with caplog.at_level(logging.DEBUG, logger="worker.runtime.recovery.sweep_timer"):
         timer.start()
         try:
             assert sweep.done.wait(10), f"only {sweep.rounds} round(s) ran"
@@ -42,7 +42,7 @@ def test_failing_rounds_are_logged_once_and_the_timer_goes_on(caplog: pytest.Log
             timer.stop()
             assert timer.join(5)
     assert sweep.threads == {"chatq-sweep-timer"}
-    records = [r for r in caplog.records if r.name == "worker.runtime.sweep_timer"]
+    records = [r for r in caplog.records if r.name == "worker.runtime.recovery.sweep_timer"]
     warnings = [r.getMessage() for r in records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "sweep failed" in warnings[0]
     assert "hunter2" not in " ".join(r.getMessage() for r in records)

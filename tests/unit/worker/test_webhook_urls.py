@@ -9,7 +9,7 @@ import ipaddress
 import pytest
 
 from worker.errors import WebhookRefused
-from worker.runtime.webhook_http import sign, signed_headers
+from worker.runtime.webhooks.webhook_http import sign, signed_headers
 from worker.webhook_urls import address_problem, resolve_target, validate_webhook
 
 

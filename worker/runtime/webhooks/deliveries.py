@@ -1,6 +1,6 @@
 """Webhooks: when a turn with a webhook ends, chatq POSTs the turn to it, at least once, signed.
 
-The lifecycle hook `WebhookHooks` (`worker.runtime.observers.default_hooks`) schedules a delivery
+The lifecycle hook `WebhookHooks` (`worker.runtime.observers.observers.default_hooks`) schedules a delivery
 when a turn ends succeeded, failed or cancelled (the producer does for a turn cancelled while
 queued, which no worker sees end): one `webhook_deliveries` row per turn (its id is the delivery
 id, `X-Chatq-Delivery`, and the Celery task id) and one `chatq.deliver_webhook` message on the
@@ -9,7 +9,7 @@ turn's thread.
 
 `deliver` is one attempt, called by the task: the body is fixed at the first attempt (the turn as
 `GET /turns/{id}` returns it, without its own `webhook` entry), the host resolved and checked
-(`worker.webhook_urls`), the request signed and sent (`worker.runtime.webhook_http`), and the
+(`worker.webhook_urls`), the request signed and sent (`worker.runtime.webhooks.webhook_http`), and the
 answer recorded on the row (attempts, last status code, last error). Anything but a 2xx is retried
 on the policy's back-off (`RetryPolicy.after_webhook_attempt`, about an hour); a refused address
 fails at once. A worker process sends at most `CHATQ_WEBHOOK_CONCURRENCY` deliveries at a time
@@ -36,11 +36,15 @@ from sqlalchemy import text
 from chatq.settings import get_settings, mask_secrets
 from models.db import session_scope
 from models.tables import DeliveryStatus
+from worker.dispatch import WEBHOOK_TASK_NAME as TASK_NAME
+from worker.dispatch import schedule_delivery
 from worker.errors import TurnNotFound, WebhookRefused
 from worker.payload import WEBHOOK_QUEUE
-from worker.runtime import hooks
-from worker.runtime.retry import retry_policy
-from worker.runtime.webhook_http import Answer, post, signed_headers
+from worker.runtime.observers import hooks
+from worker.runtime.observers.hook_points import WebhookAttempt
+from worker.runtime.observers.observers import get_hooks
+from worker.runtime.policy.retry import retry_policy
+from worker.runtime.webhooks.webhook_http import Answer, post, signed_headers
 from worker.webhook_urls import resolve_target
 
 __all__ = [
@@ -56,24 +60,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-TASK_NAME = "chatq.deliver_webhook"
-"""The delivery task's name."""
 BUSY_DELAY = 1.0
 """Seconds before a delivery that found its process's delivery slots full comes back."""
 
-_SCHEDULE = text(
-    """
-    -- The turn's own webhook, else its session's; nothing when it has none or has not ended.
-    INSERT INTO webhook_deliveries (id, turn_id, url, status, attempts)
-    SELECT :id, t.id, coalesce(t.webhook_url, s.webhook_url), 'pending', 0
-    FROM turns t JOIN chat_sessions s ON s.id = t.session_id
-    WHERE t.id = :turn_id
-      AND coalesce(t.webhook_url, s.webhook_url) IS NOT NULL
-      AND t.status IN ('succeeded', 'failed', 'cancelled')
-    ON CONFLICT (turn_id) DO NOTHING
-    RETURNING id
-    """
-)
 _LOAD = text(
     """
     SELECT d.turn_id, d.url, d.status, d.body, d.attempts, t.status AS turn_status,
@@ -119,32 +108,6 @@ class Attempted:
     """Why it was not delivered."""
 
 
-def schedule_delivery(turn_id: uuid.UUID) -> uuid.UUID | None:
-    """Record and send the delivery of an ended turn with a webhook; its id, or None (no webhook, or already)."""
-    with session_scope() as db:
-        delivery_id = db.execute(_SCHEDULE, {"id": uuid.uuid4(), "turn_id": turn_id}).scalar_one_or_none()
-    if delivery_id is None:
-        return None
-    send_delivery(delivery_id)
-    log.info("turn %s: webhook delivery %s queued", turn_id, delivery_id)
-    return uuid.UUID(str(delivery_id))
-
-
-def send_delivery(delivery_id: uuid.UUID, *, countdown: float | None = None) -> None:
-    """Send the delivery's task message (task id = delivery id)."""
-    from worker.app import app
-
-    app.send_task(
-        TASK_NAME,
-        kwargs={"delivery_id": str(delivery_id)},
-        task_id=str(delivery_id),
-        queue=WEBHOOK_QUEUE,
-        countdown=countdown,
-        retry=True,
-        retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 2},
-    )
-
-
 def deliver(delivery_id: uuid.UUID) -> Attempted:
     """One attempt of a delivery, recorded on its row; outages (Postgres down) propagate to the task."""
     with delivery_slot() as free:
@@ -154,8 +117,6 @@ def deliver(delivery_id: uuid.UUID) -> Attempted:
 
 
 def _attempt(delivery_id: uuid.UUID) -> Attempted:
-    from worker.ops.metrics import WEBHOOK_ATTEMPTS, WEBHOOK_SECONDS
-
     settings = get_settings()
     with session_scope() as db:
         row = db.execute(_LOAD, {"id": delivery_id}).one_or_none()
@@ -173,7 +134,7 @@ def _attempt(delivery_id: uuid.UUID) -> Attempted:
     except WebhookRefused as exc:
         answer = Answer(status_code=None, error=exc.message)
         _record(delivery_id, DeliveryStatus.FAILED, answer, posted=False)  # `attempts` counts POSTs: none made
-        WEBHOOK_ATTEMPTS.labels("refused").inc()
+        get_hooks().webhook_attempt(WebhookAttempt(outcome="refused", seconds=None))
         log.warning("turn %s: webhook delivery %s refused: %s", row.turn_id, delivery_id, exc.message)
         return Attempted(outcome=DeliveryOutcome.FAILED, error=exc.message)
     headers = signed_headers(
@@ -186,17 +147,16 @@ def _attempt(delivery_id: uuid.UUID) -> Attempted:
     )
     answer = post(target, body, headers, timeout=settings.webhook_timeout)
     seconds = time.monotonic() - started
-    WEBHOOK_SECONDS.observe(seconds)
     if answer.delivered:
         _record(delivery_id, DeliveryStatus.DELIVERED, answer)
-        WEBHOOK_ATTEMPTS.labels(DeliveryOutcome.DELIVERED.value).inc()
+        get_hooks().webhook_attempt(WebhookAttempt(outcome=DeliveryOutcome.DELIVERED.value, seconds=seconds))
         log.info("turn %s: webhook delivery %s to %s: HTTP %s", row.turn_id, delivery_id, host, answer.status_code)
         return Attempted(outcome=DeliveryOutcome.DELIVERED, status_code=answer.status_code)
     decision = retry_policy().after_webhook_attempt(attempt, float(row.age) + seconds)
     status = DeliveryStatus.PENDING if decision.retry else DeliveryStatus.FAILED
     _record(delivery_id, status, answer)
     outcome = DeliveryOutcome.RETRY if decision.retry else DeliveryOutcome.FAILED
-    WEBHOOK_ATTEMPTS.labels(outcome.value).inc()
+    get_hooks().webhook_attempt(WebhookAttempt(outcome=outcome.value, seconds=seconds))
     log.warning(
         "turn %s: webhook delivery %s to %s, attempt %d: %s (%s)",
         row.turn_id,

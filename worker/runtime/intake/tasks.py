@@ -14,13 +14,13 @@ from celery.signals import task_internal_error
 from worker.app import app
 from worker.errors import InvalidTurn, TurnFailed
 from worker.payload import BATCH_QUEUE, INTERACTIVE_QUEUE, parse_turn_request, parse_uuid, redacted_kwargs
-from worker.runtime.process import current_runtime
-from worker.runtime.retry import retry_policy
-from worker.runtime.runner import Outcome, execute_turn, reject, retry_after_outage
+from worker.runtime.delivery.process import current_runtime
+from worker.runtime.delivery.runner import Outcome, execute_turn, reject, retry_after_outage
+from worker.runtime.policy.retry import retry_policy
 from worker.storable import OUTAGE_ERRORS
 
 # Postgres or Redis unreachable or restarting: the turn is not at fault, so retry without limit,
-# backing off (`worker.runtime.retry.RetryPolicy.after_outage`). Only connection-level errors: data Postgres
+# backing off (`worker.runtime.policy.retry.RetryPolicy.after_outage`). Only connection-level errors: data Postgres
 # refuses (DataError, IntegrityError, ...) never reaches here, the runner fails it at once (`worker.storable`).
 INFRASTRUCTURE_ERRORS = OUTAGE_ERRORS
 
@@ -32,7 +32,7 @@ INFRASTRUCTURE_ERRORS = OUTAGE_ERRORS
     typing=False,
     acks_late=True,
     ignore_result=True,
-    # Whether and when to retry is `worker.runtime.retry.RetryPolicy`'s decision for every cause. The budget
+    # Whether and when to retry is `worker.runtime.policy.retry.RetryPolicy`'s decision for every cause. The budget
     # of AgentInvocationError lives in Postgres (`attempts`, CHATQ_MAX_ATTEMPTS), which survives
     # redelivery; Celery's counter does not, so it is not the limit here.
     max_retries=None,
@@ -42,7 +42,7 @@ INFRASTRUCTURE_ERRORS = OUTAGE_ERRORS
 )
 def run_turn(self: Task[Any, Any], *args: Any, **kwargs: Any) -> str:
     """Run one chat turn (docs/contract.md, "The task")."""
-    # The queue the message was taken from (worker.runtime.intake rewrites delivery_info to say so): every
+    # The queue the message was taken from (worker.runtime.intake.intake rewrites delivery_info to say so): every
     # re-send goes back there, whatever exchange the producer's envelope named.
     delivery = getattr(self.request, "delivery_info", None) or {}
     queue = delivery.get("routing_key") or INTERACTIVE_QUEUE
@@ -103,7 +103,7 @@ def _ids(kwargs: dict[str, Any], task_id: str | None) -> tuple[uuid.UUID, uuid.U
 )
 def deliver_webhook(self: Task[Any, Any], *args: Any, **kwargs: Any) -> str:
     """POST an ended turn to its webhook, one attempt per run (docs/contract.md, "Webhooks")."""
-    from worker.runtime.webhooks import WEBHOOK_QUEUE, DeliveryOutcome, deliver
+    from worker.runtime.webhooks.deliveries import WEBHOOK_QUEUE, DeliveryOutcome, deliver
 
     try:
         if args or set(kwargs) != {"delivery_id"}:
@@ -124,7 +124,7 @@ def deliver_webhook(self: Task[Any, Any], *args: Any, **kwargs: Any) -> str:
 @app.task(name="chatq.sweep", ignore_result=True, acks_late=False)
 def sweep() -> dict[str, int]:
     """Re-send lost turns and take over expired leases (run by `chatq beat`, under the workers' sweep lock)."""
-    from worker.runtime.sweeper import sweep_exclusively
+    from worker.runtime.recovery.sweeper import sweep_exclusively
 
     report = sweep_exclusively(current_runtime().settings)
     return report.as_dict() if report is not None else {"skipped": 1}

@@ -1,4 +1,7 @@
-"""Sending `chatq.run_turn` messages: the one place that knows the task's name, id and routing."""
+"""Sending task messages: `chatq.run_turn` (the one place that knows the task's name, id and routing)
+and `chatq.deliver_webhook` (recording a delivery and sending it).
+
+On the session side: a producer sends through it, and loads no module of the runtime."""
 
 from __future__ import annotations
 
@@ -10,16 +13,35 @@ from typing import TYPE_CHECKING, Any
 
 from kombu.exceptions import OperationalError as KombuOperationalError
 from redis import RedisError
+from sqlalchemy import text
 
 from chatq.settings import mask_secrets
+from models.db import session_scope
 from worker.events import get_redis
-from worker.payload import TASK_NAME, redacted_kwargs
-from worker.runtime.markers import sent_marker, set_markers
+from worker.markers import sent_marker, set_markers
+from worker.payload import TASK_NAME, WEBHOOK_QUEUE, redacted_kwargs
 
 if TYPE_CHECKING:
     from worker.store.turns import NextTurn
 
 log = logging.getLogger(__name__)
+
+WEBHOOK_TASK_NAME = "chatq.deliver_webhook"
+"""The webhook delivery task's name."""
+
+_SCHEDULE = text(
+    """
+    -- The turn's own webhook, else its session's; nothing when it has none or has not ended.
+    INSERT INTO webhook_deliveries (id, turn_id, url, status, attempts)
+    SELECT :id, t.id, coalesce(t.webhook_url, s.webhook_url), 'pending', 0
+    FROM turns t JOIN chat_sessions s ON s.id = t.session_id
+    WHERE t.id = :turn_id
+      AND coalesce(t.webhook_url, s.webhook_url) IS NOT NULL
+      AND t.status IN ('succeeded', 'failed', 'cancelled')
+    ON CONFLICT (turn_id) DO NOTHING
+    RETURNING id
+    """
+)
 
 
 def send_turn(message: Mapping[str, Any], *, queue: str, countdown: float | None = None) -> bool:
@@ -91,3 +113,29 @@ def kick_next(session_id: uuid.UUID) -> None:
         log.warning("session %s: could not look up the next turn: %s", session_id, mask_secrets(str(exc)))
         return
     send_next(nxt)
+
+
+def schedule_delivery(turn_id: uuid.UUID) -> uuid.UUID | None:
+    """Record and send the delivery of an ended turn with a webhook; its id, or None (no webhook, or already)."""
+    with session_scope() as db:
+        delivery_id = db.execute(_SCHEDULE, {"id": uuid.uuid4(), "turn_id": turn_id}).scalar_one_or_none()
+    if delivery_id is None:
+        return None
+    send_delivery(delivery_id)
+    log.info("turn %s: webhook delivery %s queued", turn_id, delivery_id)
+    return uuid.UUID(str(delivery_id))
+
+
+def send_delivery(delivery_id: uuid.UUID, *, countdown: float | None = None) -> None:
+    """Send the delivery's task message (task id = delivery id)."""
+    from worker.app import app
+
+    app.send_task(
+        WEBHOOK_TASK_NAME,
+        kwargs={"delivery_id": str(delivery_id)},
+        task_id=str(delivery_id),
+        queue=WEBHOOK_QUEUE,
+        countdown=countdown,
+        retry=True,
+        retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 2},
+    )

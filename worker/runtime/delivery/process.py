@@ -20,10 +20,10 @@ from chatq.per_process import PerProcess
 from chatq.settings import Settings, get_settings
 from models.db import get_engine, get_sessionmaker
 from worker.events import get_redis
-from worker.runtime.hooks import HookRegistry
-from worker.runtime.leases import LeaseKeeper, get_lease_keeper
-from worker.runtime.observers import get_hooks
-from worker.runtime.retry import RetryPolicy
+from worker.runtime.observers.hooks import HookRegistry
+from worker.runtime.observers.observers import get_hooks
+from worker.runtime.policy.retry import RetryPolicy
+from worker.runtime.recovery.leases import LeaseKeeper, get_lease_keeper
 
 __all__ = ["Runtime", "current_runtime"]
 
@@ -35,7 +35,7 @@ class Runtime:
     settings: Settings
     """The process's settings (`chatq.settings.get_settings()`)."""
     hooks: HookRegistry
-    """The lifecycle hooks every turn calls (`worker.runtime.observers`)."""
+    """The lifecycle hooks every turn calls (`worker.runtime.observers.observers`)."""
     leases: LeaseKeeper
     """Renews the leases of the turns this process runs."""
     retry: RetryPolicy
@@ -58,7 +58,7 @@ class Runtime:
 
     @property
     def notifier(self) -> ThreadPoolExecutor:
-        """The one thread that publishes refusals off the consumer's thread (`worker.runtime.deadletter`)."""
+        """The one thread that publishes refusals off the consumer's thread (`worker.runtime.intake.deadletter`)."""
         return _notifier.get()
 
 

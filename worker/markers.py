@@ -3,7 +3,7 @@
 The sweeper reads a queued turn without a marker as "its message was lost" and sends it again;
 a worker drops the marker when it takes the message (`worker.ops.signals`). A marker outlives its
 message when the worker that took the message stopped before Celery received it (the message is
-then stuck in kombu's `unacked` hash, `worker.runtime.unacked`) or when the message was lost on
+then stuck in kombu's `unacked` hash, `worker.unacked`) or when the message was lost on
 its way out of Redis: `still_waiting` does not believe a marker in either case.
 """
 
@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 from redis import RedisError
 
+from worker import unacked
 from worker.events import get_redis
 from worker.payload import QUEUES
-from worker.runtime import unacked
 
 __all__ = ["SENT_MARKER_TTL", "in_queue", "mark_taken", "sent_marker", "set_markers", "still_waiting"]
 

@@ -1,4 +1,5 @@
 """Deleting sessions: on request (`delete_session`) and by retention (`purge_idle_sessions`, in the sweep).
+On the session side, beside `worker.sessions`: a producer that deletes loads no runtime.
 
 A deletion stops the session's turns first (queued ones end `cancelled`, running ones are asked to
 stop and given a moment to do so), then removes, in one transaction, the session and everything
@@ -9,7 +10,8 @@ TOMBSTONE_DAYS) so that a task message of it still in Redis does not create it a
 Redis holds of it goes: each turn's replay stream, sent-marker and provider-limit entries.
 
 A turn still running when its rows went (its worker had not stopped yet) loses its lease: it stores
-nothing, and `ForgetDeletedTurns` (a lifecycle hook) removes the events it published meanwhile.
+nothing, and `ForgetDeletedTurns` (a lifecycle hook, `worker.runtime.observers.deleted_turns`) removes the
+events it published meanwhile.
 """
 
 from __future__ import annotations
@@ -32,16 +34,14 @@ from models.tables import ChatSession, DeletedSession, PaidToolCall, Turn, TurnS
 from worker.event_scripts import UNENDED, ended_marker
 from worker.events import get_redis, turn_stream
 from worker.history import scoped_session
+from worker.markers import sent_marker
 from worker.payload import parse_uuid
-from worker.runtime import hooks
-from worker.runtime.markers import sent_marker
 from worker.store import claims, turns
 
 __all__ = [
     "DEFAULT_STOP_WAIT",
     "TOMBSTONE_DAYS",
     "DeletedSessionReport",
-    "ForgetDeletedTurns",
     "delete_session",
     "forget_turns",
     "purge_idle_sessions",
@@ -152,7 +152,7 @@ def _delete_sessions(db: Session, session_ids: Sequence[uuid.UUID], *, reason: s
 
 
 LIMIT_SETS = "chatq:limits:*"
-"""The provider limits' per-model sets (`worker.runtime.limits.Scope.keys`): their members name turns."""
+"""The provider limits' per-model sets (`worker.runtime.policy.limits.Scope.keys`): their members name turns."""
 
 
 def forget_turns(turn_ids: Sequence[uuid.UUID]) -> None:
@@ -229,22 +229,3 @@ def purge_tombstones(*, limit: int = 1000) -> int:
 
 def _line(exc: BaseException) -> str:
     return (mask_secrets(str(exc)).splitlines() or [type(exc).__name__])[0]
-
-
-class ForgetDeletedTurns(hooks.TurnHooks):
-    """A turn deleted while it ran (its session was deleted) leaves no replay stream behind.
-
-    Its worker finds the lease lost and stops; the events it published before that would keep
-    the stream for CHATQ_EVENT_RETENTION seconds. Only turns that ended lost or cancelled are
-    checked (one query each), never those that succeeded or failed.
-    """
-
-    def ended(self, event: hooks.Ended) -> None:
-        if event.outcome not in ("lost", "cancelled"):
-            return
-        turn_id = event.turn.turn_id
-        try:
-            if not turns.turn_exists(turn_id):
-                forget_turns([turn_id])
-        except Exception as exc:  # an observer never breaks a turn
-            log.warning("turn %s: could not check for a deleted turn: %s", turn_id, _line(exc))

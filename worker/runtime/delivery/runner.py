@@ -2,8 +2,8 @@
 
 `execute_turn` is what the `chatq.run_turn` task calls; it returns what happened so the task
 can decide on a Celery retry, and it can be called and tested without a worker. The runner runs;
-what observes a turn (metrics, the per-turn log lines) is a hook (`worker.runtime.hooks`), called at each
-point of its lifecycle, and whether and when a delivery is tried again is `worker.runtime.retry`'s policy.
+what observes a turn (metrics, the per-turn log lines) is a hook (`worker.runtime.observers.hooks`), called at each
+point of its lifecycle, and whether and when a delivery is tried again is `worker.runtime.policy.retry`'s policy.
 """
 
 from __future__ import annotations
@@ -19,17 +19,18 @@ from chatq.settings import mask_secrets
 from handlers.context import running_turn
 from handlers.errors import AgentInvocationError, HandlerError, ProviderBusy, UnknownFramework
 from models.tables import TurnStatus
+from worker.dispatch import kick_next, send_next, send_turn
 from worker.errors import ConfigError, HandBack, InvalidTurn, LeaseLost, SessionDeleted, TurnCancelled
 from worker.events import EventType, TurnEvents
-from worker.ops.logs import set_attempt, turn_context
+from worker.log_context import set_attempt, turn_context
 from worker.payload import TurnRequest
-from worker.runtime import hooks, provider
-from worker.runtime.dispatch import kick_next, send_next, send_turn
-from worker.runtime.hooks import Facts
-from worker.runtime.leases import handing_back
-from worker.runtime.process import Runtime, current_runtime
-from worker.runtime.relay import run_handler
-from worker.runtime.retry import RetryDecision
+from worker.runtime.delivery.process import Runtime, current_runtime
+from worker.runtime.delivery.relay import run_handler
+from worker.runtime.observers import hooks
+from worker.runtime.observers.hooks import Facts
+from worker.runtime.policy import provider
+from worker.runtime.policy.retry import RetryDecision
+from worker.runtime.recovery.leases import handing_back
 from worker.storable import clean_text, is_outage, is_refusal, refusal_message
 from worker.store import claims, turns
 
@@ -156,7 +157,7 @@ def give_back_unstarted(claim: claims.Claim, *, runtime: Runtime) -> Result:
 
 
 def run_admitted(claim: claims.Claim, *, runtime: Runtime) -> Result:
-    """Run a claimed turn once its model's shared limits give it a slot (`worker.runtime.provider`),
+    """Run a claimed turn once its model's shared limits give it a slot (`worker.runtime.policy.provider`),
     else put it back to wait for one without holding this thread."""
     try:
         admission = provider.admit(claim)

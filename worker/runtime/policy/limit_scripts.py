@@ -1,7 +1,7 @@
-"""The Lua scripts behind `worker.runtime.limits`: each change of a model's shared limits is one of
+"""The Lua scripts behind `worker.runtime.policy.limits`: each change of a model's shared limits is one of
 them, so it is atomic across every worker and host (Redis runs a script alone), on Redis's clock.
 
-The state they keep, per scope (a model at a base URL), is described in `worker.runtime.limits`.
+The state they keep, per scope (a model at a base URL), is described in `worker.runtime.policy.limits`.
 """
 
 from __future__ import annotations

@@ -2,14 +2,14 @@
 
 Modelled on dramatiq's middleware: `TurnHooks` has one no-op method per hook point, a hook
 overrides the ones it cares about, and the process's `HookRegistry` (built once, by
-`worker.runtime.observers.get_hooks()`, from `default_hooks()` there) calls every hook in order.
+`worker.runtime.observers.observers.get_hooks()`, from `worker.wiring.default_hooks()`) calls every hook in order.
 A hook that raises is logged (masked) and skipped; the turn and the hooks after it go on. Hooks
 run on the turn's thread, in the middle of its delivery: they must be quick and must not block
 (hand slow work to a thread).
 
 Adding an observer, such as a webhook sender, is one class: subclass `TurnHooks`, override the
-points it needs, and append an instance in `worker.runtime.observers.default_hooks()`. The
-runner does not change.
+points it needs, and append an instance in `worker.wiring.default_hooks()`. The runner
+does not change.
 
 The points of one delivery, in order (each payload is a frozen value; `Facts` names the turn):
 
@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from chatq.settings import get_settings, mask_secrets
-from worker.runtime.retry import RetryCause
+from worker.runtime.observers.hook_points import ServiceEmitter, ServiceHooks
+from worker.runtime.policy.retry import RetryCause
 
 if TYPE_CHECKING:
     from worker.payload import TurnRequest
@@ -164,7 +165,7 @@ class Failed:
 
 @dataclass(frozen=True, kw_only=True)
 class Retried:
-    """The delivery is given up for now; the policy (`worker.runtime.retry`) sends it again after `delay`."""
+    """The delivery is given up for now; the policy (`worker.runtime.policy.retry`) sends it again after `delay`."""
 
     turn: Facts
     """The turn and the attempt that ended (0 when none ran)."""
@@ -225,15 +226,17 @@ class Ended:
     turn: Facts
     """The turn and attempt."""
     outcome: str
-    """`worker.runtime.runner.Outcome`'s value, or `raised` when the attempt raised (an outage: the task retries)."""
+    """`worker.runtime.delivery.runner.Outcome`'s value, or `raised` when the attempt raised (an outage:
+    the task retries)."""
     seconds: float
     """From the claim to the end of the attempt."""
     error: str | None = None
     """The turn's error when it failed."""
 
 
-class TurnHooks:
-    """Observer of turn lifecycles: override the points you need; each default does nothing."""
+class TurnHooks(ServiceHooks):
+    """Observer of turn lifecycles (and of the points outside a turn, `worker.runtime.observers.hook_points`):
+    override the points you need; each default does nothing."""
 
     def before_claim(self, event: Claiming) -> None:
         """A delivery is about to claim its turn."""
@@ -272,11 +275,11 @@ class TurnHooks:
         """The attempt is over."""
 
 
-POINTS = tuple(name for name in vars(TurnHooks) if not name.startswith("_"))
-"""Every hook point, in declaration order."""
+POINTS = tuple(name for cls in (TurnHooks, ServiceHooks) for name in vars(cls) if not name.startswith("_"))
+"""Every hook point, in declaration order (a turn's, then those outside a turn)."""
 
 
-class HookRegistry(TurnHooks):
+class HookRegistry(ServiceEmitter, TurnHooks):
     """An ordered list of hooks, called in order at each point; one hook raising never stops a turn."""
 
     def __init__(self, hooks: Sequence[TurnHooks] = ()) -> None:

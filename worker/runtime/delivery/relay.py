@@ -22,11 +22,11 @@ from handlers.plain_run import plain_events
 from handlers.prepared import PreparedTurnHandler
 from worker.errors import HandBack, LeaseLost, TurnCancelled
 from worker.events import EventType, TextCoalescer, TurnEvents
-from worker.runtime import hooks
-from worker.runtime.hooks import Facts
-from worker.runtime.leases import TurnLease, handing_back
-from worker.runtime.process import Runtime, current_runtime
-from worker.runtime.replies import validate_reply
+from worker.runtime.delivery.process import Runtime, current_runtime
+from worker.runtime.delivery.replies import validate_reply
+from worker.runtime.observers import hooks
+from worker.runtime.observers.hooks import Facts
+from worker.runtime.recovery.leases import TurnLease, handing_back
 from worker.store import claims
 
 __all__ = ["check_lease", "handler_session", "run_handler"]

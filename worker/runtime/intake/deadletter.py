@@ -1,4 +1,4 @@
-"""Queue items the worker refused (`worker.runtime.intake`), set aside where an operator can read them.
+"""Queue items the worker refused (`worker.runtime.intake.intake`), set aside where an operator can read them.
 
 The dead-letter list `chatq.dead` holds the newest DEAD_LETTER_MAX refusals, each a JSON object
 (`queue`, `reason`, `bytes`, `at`, and the item itself, cut to DEAD_LETTER_ITEM_CHARS); the list
@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chatq.settings import mask_secrets
+from worker.runtime.observers.hook_points import MessageSetAside
+from worker.runtime.observers.observers import get_hooks
 
 __all__ = ["DEAD_LETTER_KEY", "DEAD_LETTER_MAX", "DEAD_LETTER_TTL", "notify_refused", "set_aside"]
 
@@ -31,9 +33,7 @@ DEAD_LETTER_ITEM_CHARS = 64 * 1024
 
 def set_aside(client: Any, *, queue: str, raw: bytes | str, reason: str) -> None:
     """Record a refused item in the dead-letter list and count it; never raises."""
-    from worker.ops import metrics
-
-    metrics.SET_ASIDE.labels(queue).inc()
+    get_hooks().message_set_aside(MessageSetAside(queue=queue, reason=reason))
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
     entry = json.dumps(
         {
@@ -54,13 +54,13 @@ def set_aside(client: Any, *, queue: str, raw: bytes | str, reason: str) -> None
 
 def notify_refused(turn_id: uuid.UUID, session_id: uuid.UUID, reason: str) -> None:
     """Publish the refused turn's `error` event off the consumer thread (it may touch Postgres)."""
-    from worker.runtime.process import current_runtime
+    from worker.runtime.delivery.process import current_runtime
 
     current_runtime().notifier.submit(_notify, turn_id, session_id, reason)
 
 
 def _notify(turn_id: uuid.UUID, session_id: uuid.UUID, reason: str) -> None:
-    from worker.runtime.runner import publish_rejection
+    from worker.runtime.delivery.runner import publish_rejection
 
     try:
         publish_rejection(turn_id, session_id, reason)

@@ -11,14 +11,15 @@ One frozen value built from `Settings` decides all three cases a turn is deliver
 - the model service refused for now (429, 503/529, unreachable, a timeout before the first
   token): tried again after the wait it asked for (else backing off), with jitter, using up no
   attempt, until `CHATQ_PROVIDER_PATIENCE` seconds of refusals have passed;
-- the model's shared limits have no slot free (`worker.runtime.limits`): tried again when the
+- the model's shared limits have no slot free (`worker.runtime.policy.limits`): tried again when the
   limiter says, never giving up (a long batch waits its turn; that is not a failure).
 
 It also decides when a webhook delivery that did not get a 2xx is tried again: backing off
 exponentially from `CHATQ_WEBHOOK_BACKOFF` up to 10 minutes, for `CHATQ_WEBHOOK_RETRY_FOR`
 seconds after the delivery was due (about an hour).
 
-Pure: no services, no Celery. `worker.runtime.runner` and `worker.runtime.tasks` ask it; nothing else decides.
+Pure: no services, no Celery. `worker.runtime.delivery.runner` and `worker.runtime.intake.tasks` ask it;
+nothing else decides.
 """
 
 from __future__ import annotations

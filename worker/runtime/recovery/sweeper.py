@@ -1,9 +1,9 @@
-"""The sweeper (every worker runs it every CHATQ_SWEEP_INTERVAL seconds, worker/runtime/sweep_timer.py;
+"""The sweeper (every worker runs it every CHATQ_SWEEP_INTERVAL seconds, worker/runtime/recovery/sweep_timer.py;
 `chatq beat` can too, through the `chatq.sweep` task).
 
 Redis is only transport and keeps nothing on disk, so Postgres is searched for turns whose
 message can no longer arrive: runnable `queued` turns not sent for CHATQ_REQUEUE_GRACE seconds
-whose message is not waiting in a queue (`worker.runtime.markers.still_waiting`: a message taken
+whose message is not waiting in a queue (`worker.markers.still_waiting`: a message taken
 by a worker that stopped before running it counts as lost), and `running` turns whose lease ran
 out (their worker died). Both are sent again; the claim
 decides who runs them, and a turn whose workers keep dying is failed there (CHATQ_MAX_DELIVERIES).
@@ -27,9 +27,13 @@ from sqlalchemy.orm import Session
 from chatq.settings import Settings, get_settings, mask_secrets
 from models.db import session_scope, unpooled_connection
 from models.tables import ChatMessage, Turn, TurnStatus
-from worker.runtime import bindings, terminal_repair, unacked
-from worker.runtime.dispatch import send_turns
-from worker.runtime.markers import still_waiting
+from worker import unacked
+from worker.dispatch import send_turns
+from worker.markers import still_waiting
+from worker.runtime.intake import bindings
+from worker.runtime.observers.hook_points import SweepRepaired, SweepResent
+from worker.runtime.observers.observers import get_hooks
+from worker.runtime.recovery import terminal_repair
 from worker.store import claims
 from worker.store.turns import NextTurn, runs_next
 
@@ -60,7 +64,7 @@ class SweepReport:
 
 
 def declare_queues() -> None:
-    """Declare chatq's queues again and drop stray bindings (`worker.runtime.bindings`)."""
+    """Declare chatq's queues again and drop stray bindings (`worker.runtime.intake.bindings`)."""
     from worker.app import app
 
     bindings.declare_queues(app)
@@ -81,10 +85,7 @@ def sweep_once(settings: Settings | None = None) -> SweepReport:
     forget_stuck_copies([tag for turn in resend for tag in stuck.get(turn.turn_id, ())])
     for queue in {turn.queue for turn in resend}:
         send_turns([turn.to_message() for turn in resend if turn.queue == queue], queue=queue)
-    from worker.ops import metrics
-
-    metrics.SWEEPER.labels("resent").inc(len(resend) - len(expired))
-    metrics.SWEEPER.labels("expired_lease").inc(len(expired))
+    get_hooks().sweep_resent(SweepResent(resent=len(resend) - len(expired), expired_leases=len(expired)))
     for turn_id in expired:
         log.warning("turn %s: lease expired, handed to another worker", turn_id)
     if resend:
@@ -97,9 +98,7 @@ def sweep_once(settings: Settings | None = None) -> SweepReport:
 
 def repair_terminal_events(settings: Settings | None = None) -> int:
     """Publish the terminal events of ended turns whose publisher died before it did
-    (`worker.runtime.terminal_repair`); returns how many."""
-    from worker.ops import metrics
-
+    (`worker.runtime.recovery.terminal_repair`); returns how many."""
     retention = (settings or get_settings()).event_retention
     try:
         repaired = terminal_repair.publish_missing_terminal_events(retention=retention)
@@ -109,7 +108,7 @@ def repair_terminal_events(settings: Settings | None = None) -> int:
             (mask_secrets(str(exc)).splitlines() or [type(exc).__name__])[0],
         )
         return 0
-    metrics.SWEEPER.labels("repaired_event").inc(len(repaired))
+    get_hooks().sweep_repaired(SweepRepaired(events=len(repaired)))
     return len(repaired)
 
 
@@ -127,7 +126,7 @@ def forget_stuck_copies(tags: Sequence[bytes]) -> None:
 
 def purge_expired(settings: Settings | None = None) -> int:
     """Retention: sessions idle past CHATQ_RETENTION_DAYS (unset: none), then old deleted-session digests."""
-    from worker.runtime import deletion
+    from worker import deletion
 
     retention_days = (settings or get_settings()).retention_days
     purged = 0

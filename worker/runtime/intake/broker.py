@@ -1,7 +1,7 @@
 """The Redis broker transport chatq's Celery app uses: kombu's, with the consumer guarded.
 
-Every item BRPOP takes from chatq's queues passes `worker.runtime.intake` before kombu parses it, and one
-refused is set aside (`worker.runtime.deadletter`) instead of raising in the consumer loop, where it would
+Every item BRPOP takes from chatq's queues passes `worker.runtime.intake.intake` before kombu parses it, and one
+refused is set aside (`worker.runtime.intake.deadletter`) instead of raising in the consumer loop, where it would
 stop the worker (or be restored and stop the next one).
 
 The guard overrides kombu's Redis channel's `_brpop_read` (written against kombu 5.5 to 5.7,
@@ -25,8 +25,8 @@ from kombu.utils.json import loads
 from chatq.settings import get_settings
 from chatq.shortcuts.kombu_channel import ClientReusingChannel
 from worker.payload import GUARDED_QUEUES
-from worker.runtime import intake
-from worker.runtime.deadletter import notify_refused, set_aside
+from worker.runtime.intake import intake
+from worker.runtime.intake.deadletter import notify_refused, set_aside
 
 log = logging.getLogger(__name__)
 

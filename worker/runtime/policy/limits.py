@@ -22,7 +22,7 @@ Per model (at its base URL) one hash holds the state every worker shares:
   gets should free (from when the holders started and how long a request takes), so each comes
   back about once instead of once a second.
 
-The clock is Redis's (`TIME`), shared by every host. No Celery here; `worker.runtime.provider`
+The clock is Redis's (`TIME`), shared by every host. No Celery here; `worker.runtime.policy.provider`
 decides what a turn does with an answer.
 """
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.events import get_redis
-from worker.runtime.limit_scripts import ACQUIRE, RELEASE, THROTTLED
+from worker.runtime.policy.limit_scripts import ACQUIRE, RELEASE, THROTTLED
 
 __all__ = [
     "BETA",

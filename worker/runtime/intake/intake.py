@@ -5,7 +5,7 @@ kombu and Celery trust what they pop: an envelope field of the wrong type, a bod
 Celery's three-element list, or an embed they cannot use raises inside the consumer loop (the
 worker exits) or leaves the message neither run nor acknowledged (the worker wedges). `inspect`
 looks at an item before kombu does and either accepts it, as the payload kombu would have parsed,
-or refuses it with a one-line reason that quotes none of its content. `worker.runtime.broker` acts on
+or refuses it with a one-line reason that quotes none of its content. `worker.runtime.intake.broker` acts on
 the answer.
 
 Accepted items are what Celery's task protocol 2 says, for one of chatq's own tasks, as JSON,

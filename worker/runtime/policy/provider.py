@@ -24,10 +24,11 @@ from handlers.errors import ProviderBusy
 from handlers.tokens import count_tokens
 from worker.events import EventType, TurnEvents, get_redis
 from worker.payload import INTERACTIVE_QUEUE
-from worker.runtime import hooks, limits
-from worker.runtime.hooks import Facts
-from worker.runtime.observers import get_hooks
-from worker.runtime.retry import RetryDecision, retry_policy
+from worker.runtime.observers import hook_points, hooks
+from worker.runtime.observers.hooks import Facts
+from worker.runtime.observers.observers import get_hooks
+from worker.runtime.policy import limits
+from worker.runtime.policy.retry import RetryDecision, retry_policy
 from worker.storable import is_outage
 from worker.store import claims
 
@@ -114,9 +115,7 @@ def admit(claim: claims.Claim) -> Admission:
         log.warning("turn %s: the shared limits failed, running without them: %s", claim.turn_id, exc)
         return Admission(scope=None, grant=None, started=time.monotonic())
     if grant.granted:
-        from worker.ops import metrics
-
-        metrics.PROVIDER_REQUESTS.labels(scope.model).inc()
+        get_hooks().provider_admitted(hook_points.ProviderAdmitted(model=scope.model))
     return Admission(scope=scope, grant=grant, started=time.monotonic())
 
 
@@ -145,10 +144,9 @@ def hold(claim: claims.Claim, admission: Admission) -> RetryDecision | None:
     decision = retry_policy().when_no_slot(admission.grant.wait)
     if not claims.hold_turn(claim, seconds=decision.delay):
         return None
-    from worker.ops import metrics
-
-    metrics.SLOT_WAITS.labels(admission.scope.model, admission.grant.reason).inc()
-    metrics.SLOT_WAIT_SECONDS.labels(admission.scope.model).inc(decision.delay)
+    get_hooks().slot_wait(
+        hook_points.SlotWait(model=admission.scope.model, reason=admission.grant.reason, seconds=decision.delay)
+    )
     _announce(claim, admission.scope.model, admission.grant.reason, decision, attempt=claim.attempt - 1)
     return decision
 
@@ -160,10 +158,8 @@ def on_busy(claim: claims.Claim, events: TurnEvents, exc: ProviderBusy) -> Retry
     the turn was not ours any more.
     """
     scope = scope_of(claim)
-    from worker.ops import metrics
-
     model = scope.model if scope else get_settings().session_model(claim.session.model)
-    metrics.PROVIDER_REFUSALS.labels(model, str(exc.status or exc.reason)).inc()
+    get_hooks().provider_refused(hook_points.ProviderRefused(model=model, status=str(exc.status or exc.reason)))
     if scope is not None and exc.reason in ("rate_limited", "overloaded"):
         try:
             limits.throttled(

@@ -22,7 +22,7 @@ from typing import Any
 from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 
 from chatq.settings import get_settings, mask_secrets
-from worker.runtime.sweeper import SweepReport, sweep_exclusively
+from worker.runtime.recovery.sweeper import SweepReport, sweep_exclusively
 
 log = logging.getLogger(__name__)
 
