@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from chatq.settings import mask_secrets
 from handlers.context import running_turn
-from handlers.errors import AgentInvocationError, HandlerError, ProviderBusy, UnknownFramework
+from handlers.errors import AgentInvocationError, HandlerError, ProviderBusy, StepNotRecorded, UnknownFramework
 from models.tables import TurnStatus
 from worker.dispatch import kick_next, send_next, send_turn
 from worker.errors import ConfigError, HandBack, InvalidTurn, LeaseLost, SessionDeleted, TurnCancelled
@@ -33,6 +33,7 @@ from worker.runtime.policy.retry import RetryDecision
 from worker.runtime.recovery.leases import handing_back
 from worker.storable import clean_text, is_outage, is_refusal, refusal_message
 from worker.store import claims, turns
+from worker.store.journal import TurnJournal
 
 log = logging.getLogger(__name__)
 
@@ -212,11 +213,13 @@ def retry_after_outage(
 
 def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Result:
     registry = runtime.hooks
+    journal = open_journal(claim, runtime)
     if claim.deliveries > 1:
         events = TurnEvents.resume(session_id=claim.session.id, turn_id=claim.turn_id)
         # The previous delivery ended without a clean hand-back (its worker died or lost its
-        # lease) after publishing partial text: tell consumers to drop it, as for any retry.
-        events.publish(EventType.RETRY, claim.attempt - 1, error="the previous worker stopped; starting over")
+        # lease) after publishing partial text: tell consumers to drop it, as for any retry
+        # (all but its finished steps, which this attempt continues after).
+        events.publish(EventType.RETRY, claim.attempt - 1, **_resuming("the previous worker stopped", journal))
         events.publish(EventType.STARTED, claim.attempt)
     else:
         # The usual case: number `started` after the stream's newest event and publish it in one
@@ -228,7 +231,7 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
     lease = keeper.register(claim.turn_id, claim.lease_token)
     try:
         with running_turn(claim.turn_id, claim.attempt):
-            messages, usage = run_handler(claim, events, lease, started=started, runtime=runtime)
+            messages, usage = run_handler(claim, events, lease, started=started, runtime=runtime, journal=journal)
     except TurnCancelled:
         ended = claims.finish_turn(claim, TurnStatus.CANCELLED)
         if ended.stored:
@@ -237,14 +240,27 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
             send_next(ended.next_turn)
         return Result(outcome=Outcome.CANCELLED, attempt=claim.attempt)
     except HandBack:
-        return hand_back(claim, events, runtime=runtime)
+        return hand_back(claim, events, runtime=runtime, resumed_after=journal.finished_steps)
     except LeaseLost:
         registry.lost(hooks.Lost(turn=Facts.of_claim(claim), storing=False))
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
+    except StepNotRecorded as exc:
+        if exc.stale:
+            # Another attempt holds the turn now (or it ended): this one stops, writing nothing more.
+            registry.lost(hooks.Lost(turn=Facts.of_claim(claim), storing=False))
+            return Result(outcome=Outcome.LOST, attempt=claim.attempt)
+        cause = exc.__cause__
+        if cause is None or not is_outage(cause):
+            return fail(claim, events, exc.message, runtime=runtime)
+        # Postgres went away under a journal write: an outage, as below (the delivery is retried).
+        with contextlib.suppress(Exception):
+            if claims.requeue_turn(claim, hand_back=True):
+                events.publish(EventType.RETRY, claim.attempt, **_resuming("a service restarted", journal))
+        raise cause from exc
     except ProviderBusy as exc:
         return wait_for_provider(claim, events, exc, runtime=runtime)
     except AgentInvocationError as exc:
-        return handle_agent_failure(claim, events, exc, runtime=runtime)
+        return handle_agent_failure(claim, events, exc, runtime=runtime, resumed_after=journal.finished_steps)
     except (UnknownFramework, InvalidTurn, HandlerError, ConfigError) as exc:
         # Bad input or configuration (a model without its key): a retry would fail the same way.
         return fail(claim, events, exc.message, runtime=runtime)
@@ -254,7 +270,7 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
             # and let the task retry the delivery.
             with contextlib.suppress(Exception):
                 if claims.requeue_turn(claim, hand_back=True):
-                    events.publish(EventType.RETRY, claim.attempt, error="a service restarted; starting over")
+                    events.publish(EventType.RETRY, claim.attempt, **_resuming("a service restarted", journal))
             raise
         if is_refusal(exc):
             # Postgres refused a value the turn needed: the same data fails the same way every time.
@@ -299,26 +315,67 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
     return Result(outcome=Outcome.SUCCEEDED, attempt=claim.attempt, tokens=usage.get("total_tokens", 0))
 
 
-def hand_back(claim: claims.Claim, events: TurnEvents, *, runtime: Runtime | None = None) -> Result:
-    """Requeue a turn interrupted by shutdown and send it again, so another worker runs it now."""
+def open_journal(claim: claims.Claim, runtime: Runtime) -> TurnJournal:
+    """The claimed turn's journal (`worker.store.journal`), with the steps earlier attempts finished.
+
+    Postgres unreachable: the turn goes back to the queue if the database lets us (else its lease
+    runs out), and the outage propagates for the task to retry the delivery.
+    """
+    try:
+        return TurnJournal.open(
+            runtime.engine, turn_id=claim.turn_id, lease_token=claim.lease_token, attempt=claim.attempt
+        )
+    except Exception:
+        with contextlib.suppress(Exception):
+            claims.requeue_turn(claim, hand_back=True)
+        raise
+
+
+def _resuming(why: str, journal: TurnJournal) -> dict[str, object]:
+    """The fields of a `retry` event: why, and where the next attempt continues (`resumed_after`,
+    only when there are finished steps to continue after)."""
+    steps = journal.finished_steps
+    if not steps:
+        return {"error": f"{why}; starting over"}
+    return {"error": f"{why}; resuming after step {steps}", "resumed_after": steps}
+
+
+def hand_back(
+    claim: claims.Claim, events: TurnEvents, *, runtime: Runtime | None = None, resumed_after: int = 0
+) -> Result:
+    """Requeue a turn interrupted by shutdown and send it again, so another worker runs it now
+    (after its `resumed_after` finished steps)."""
     if not claims.requeue_turn(claim, hand_back=True):
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
-    events.publish(EventType.RETRY, claim.attempt, error="the worker is shutting down; another worker takes the turn")
+    why = "the worker is shutting down; another worker takes the turn"
+    events.publish(EventType.RETRY, claim.attempt, **_announced(why, resumed_after))
     send_turn(claim.to_message(), queue=claim.queue)
     (runtime or current_runtime()).hooks.handed_back(hooks.HandedBack(turn=Facts.of_claim(claim), running=True))
     return Result(outcome=Outcome.HANDED_BACK, attempt=claim.attempt)
 
 
+def _announced(error: str, resumed_after: int) -> dict[str, object]:
+    """A `retry` event's fields: the error, and `resumed_after` when the next attempt continues after finished steps."""
+    return {"error": error, "resumed_after": resumed_after} if resumed_after else {"error": error}
+
+
 def handle_agent_failure(
-    claim: claims.Claim, events: TurnEvents, exc: AgentInvocationError, *, runtime: Runtime | None = None
+    claim: claims.Claim,
+    events: TurnEvents,
+    exc: AgentInvocationError,
+    *,
+    runtime: Runtime | None = None,
+    resumed_after: int = 0,
 ) -> Result:
-    """Retry as the policy says (CHATQ_MAX_ATTEMPTS invocations in all), then fail the turn."""
+    """Retry as the policy says (CHATQ_MAX_ATTEMPTS invocations in all), then fail the turn.
+
+    The retry continues after the `resumed_after` steps the turn finished (its `retry` event says so)."""
     runtime = runtime or current_runtime()
     error = mask_secrets(exc.message)
     decision = runtime.retry.after_agent_failure(claim.attempt)
     if decision.retry:
         if claims.requeue_turn(claim, error=error):
-            events.publish(EventType.RETRY, claim.attempt, error=error)
+            events.publish(EventType.RETRY, claim.attempt, **_announced(error, resumed_after))
             runtime.hooks.retried(
                 hooks.Retried(turn=Facts.of_claim(claim), cause=decision.cause, delay=decision.delay, error=error)
             )
