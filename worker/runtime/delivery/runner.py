@@ -26,6 +26,7 @@ from worker.log_context import set_attempt, turn_context
 from worker.payload import TurnRequest
 from worker.runtime.delivery.process import Runtime, current_runtime
 from worker.runtime.delivery.relay import run_handler
+from worker.runtime.delivery.resume import announced, open_journal, resuming
 from worker.runtime.observers import hooks
 from worker.runtime.observers.hooks import Facts
 from worker.runtime.policy import provider
@@ -33,7 +34,6 @@ from worker.runtime.policy.retry import RetryDecision
 from worker.runtime.recovery.leases import handing_back
 from worker.storable import clean_text, is_outage, is_refusal, refusal_message
 from worker.store import claims, turns
-from worker.store.journal import TurnJournal
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
         # The previous delivery ended without a clean hand-back (its worker died or lost its
         # lease) after publishing partial text: tell consumers to drop it, as for any retry
         # (all but its finished steps, which this attempt continues after).
-        events.publish(EventType.RETRY, claim.attempt - 1, **_resuming("the previous worker stopped", journal))
+        events.publish(EventType.RETRY, claim.attempt - 1, **resuming("the previous worker stopped", journal))
         events.publish(EventType.STARTED, claim.attempt)
     else:
         # The usual case: number `started` after the stream's newest event and publish it in one
@@ -255,7 +255,7 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
         # Postgres went away under a journal write: an outage, as below (the delivery is retried).
         with contextlib.suppress(Exception):
             if claims.requeue_turn(claim, hand_back=True):
-                events.publish(EventType.RETRY, claim.attempt, **_resuming("a service restarted", journal))
+                events.publish(EventType.RETRY, claim.attempt, **resuming("a service restarted", journal))
         raise cause from exc
     except ProviderBusy as exc:
         return wait_for_provider(claim, events, exc, runtime=runtime)
@@ -270,7 +270,7 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
             # and let the task retry the delivery.
             with contextlib.suppress(Exception):
                 if claims.requeue_turn(claim, hand_back=True):
-                    events.publish(EventType.RETRY, claim.attempt, **_resuming("a service restarted", journal))
+                    events.publish(EventType.RETRY, claim.attempt, **resuming("a service restarted", journal))
             raise
         if is_refusal(exc):
             # Postgres refused a value the turn needed: the same data fails the same way every time.
@@ -315,31 +315,6 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
     return Result(outcome=Outcome.SUCCEEDED, attempt=claim.attempt, tokens=usage.get("total_tokens", 0))
 
 
-def open_journal(claim: claims.Claim, runtime: Runtime) -> TurnJournal:
-    """The claimed turn's journal (`worker.store.journal`), with the steps earlier attempts finished.
-
-    Postgres unreachable: the turn goes back to the queue if the database lets us (else its lease
-    runs out), and the outage propagates for the task to retry the delivery.
-    """
-    try:
-        return TurnJournal.open(
-            runtime.engine, turn_id=claim.turn_id, lease_token=claim.lease_token, attempt=claim.attempt
-        )
-    except Exception:
-        with contextlib.suppress(Exception):
-            claims.requeue_turn(claim, hand_back=True)
-        raise
-
-
-def _resuming(why: str, journal: TurnJournal) -> dict[str, object]:
-    """The fields of a `retry` event: why, and where the next attempt continues (`resumed_after`,
-    only when there are finished steps to continue after)."""
-    steps = journal.finished_steps
-    if not steps:
-        return {"error": f"{why}; starting over"}
-    return {"error": f"{why}; resuming after step {steps}", "resumed_after": steps}
-
-
 def hand_back(
     claim: claims.Claim, events: TurnEvents, *, runtime: Runtime | None = None, resumed_after: int = 0
 ) -> Result:
@@ -348,15 +323,10 @@ def hand_back(
     if not claims.requeue_turn(claim, hand_back=True):
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     why = "the worker is shutting down; another worker takes the turn"
-    events.publish(EventType.RETRY, claim.attempt, **_announced(why, resumed_after))
+    events.publish(EventType.RETRY, claim.attempt, **announced(why, resumed_after))
     send_turn(claim.to_message(), queue=claim.queue)
     (runtime or current_runtime()).hooks.handed_back(hooks.HandedBack(turn=Facts.of_claim(claim), running=True))
     return Result(outcome=Outcome.HANDED_BACK, attempt=claim.attempt)
-
-
-def _announced(error: str, resumed_after: int) -> dict[str, object]:
-    """A `retry` event's fields: the error, and `resumed_after` when the next attempt continues after finished steps."""
-    return {"error": error, "resumed_after": resumed_after} if resumed_after else {"error": error}
 
 
 def handle_agent_failure(
@@ -375,7 +345,7 @@ def handle_agent_failure(
     decision = runtime.retry.after_agent_failure(claim.attempt)
     if decision.retry:
         if claims.requeue_turn(claim, error=error):
-            events.publish(EventType.RETRY, claim.attempt, **_announced(error, resumed_after))
+            events.publish(EventType.RETRY, claim.attempt, **announced(error, resumed_after))
             runtime.hooks.retried(
                 hooks.Retried(turn=Facts.of_claim(claim), cause=decision.cause, delay=decision.delay, error=error)
             )
