@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, RowMapping, bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 
+from chatq.text import clean_json, clean_text
 from handlers.errors import StepNotRecorded
 from handlers.journal import Step, StepKind
 from handlers.messages import AgentMessage, Usage
@@ -125,9 +126,10 @@ class TurnJournal:
                 "seq": self._next,
                 "kind": kind.value,
                 "attempt": self.attempt,
-                "call_id": call_id[:255] if call_id is not None else None,
-                "tool_name": tool_name[:64] if tool_name is not None else None,
-                "message": message,
+                "call_id": clean_text(call_id[:255]) if call_id is not None else None,
+                "tool_name": clean_text(tool_name[:64]) if tool_name is not None else None,
+                # As the reply is stored (`worker.runtime.delivery.replies`): no NUL or lone surrogate reaches Postgres.
+                "message": clean_json(message),
                 "usage": usage,
             }
             try:
