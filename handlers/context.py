@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from handlers.journal import Journal, Resumed
     from handlers.store import KnowledgeSearch, PaidCallRecorder
 
 __all__ = [
@@ -114,6 +115,19 @@ class ToolContext:
     tenant's only); None: no search (the `search_knowledge_base` tool refuses)."""
     recorder: PaidCallRecorder | None = None
     """Where paid tool calls are recorded (`handlers.accounting`); None: the default store's."""
+    journal: Journal | None = None
+    """Where `run_tool` records each call's start and result (`handlers.journal`); None: nothing is recorded."""
+    resumed: Resumed | None = None
+    """The earlier attempts' finished steps: `run_tool` answers a call of the open round from them."""
+
+    @property
+    def idempotency_key(self) -> str | None:
+        """`"{turn_id}:{call_id}"` for the call being run: the same in every attempt of the turn, so a
+        tool can pass it to the service it calls and a repeated call is recognised there. None
+        outside a turn or a call."""
+        if self.turn is None or self.tool_call_id is None:
+            return None
+        return f"{self.turn.turn_id}:{self.tool_call_id}"
 
     @classmethod
     def for_session(

@@ -50,6 +50,32 @@ TOO_MANY_STEPS = "The agent stopped: too many tool steps without a final answer.
 """The error of an agent loop that reached its step limit while the model still called tools."""
 
 
+class OutcomeUnknown(HandlerError):
+    """A tool call's outcome is unknown (it started, its result was never recorded, and it is not safe to repeat)."""
+
+    def __init__(self, message: str | None = None, *, call_id: str | None = None, tool: str | None = None) -> None:
+        if message is None and call_id is not None:
+            message = (
+                f"The outcome of tool call {call_id} ({tool or 'unknown tool'}) is unknown: it started in an earlier "
+                "attempt that ended before its result was recorded, and the tool is not safe to repeat."
+            )
+        super().__init__(message)
+        self.call_id = call_id
+        """The call whose outcome is unknown."""
+        self.tool = tool
+        """Its tool's name."""
+
+
+class StepNotRecorded(HandlerError):
+    """A finished step of the turn could not be recorded in its journal; the attempt stops."""
+
+    def __init__(self, message: str | None = None, *, stale: bool = False) -> None:
+        super().__init__(message)
+        self.stale = stale
+        """True: this attempt no longer holds its turn (another attempt took it over, or it ended).
+        False: the store failed (the cause is chained), and the delivery is tried again."""
+
+
 class UnknownFramework(HandlerError):
     """The session's agent framework is not one chatq knows."""
 

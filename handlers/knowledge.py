@@ -26,6 +26,7 @@ from typing import Any
 
 from handlers.context import ToolContext
 from handlers.knowledge_search import NO_KNOWLEDGE_BASE, format_hits, search_tool
+from handlers.messages import AgentMessage, empty_usage
 from handlers.store import TurnStore
 from handlers.tools import KNOWLEDGE_BASE_TOOL, run_tool
 from models.search import MAX_QUERY_CHARS
@@ -60,14 +61,24 @@ def start_invocation(session: Any, store: TurnStore) -> ToolContext:
 
 
 def retrieval_step(context: ToolContext, question: str) -> tuple[dict[str, Any], str]:
-    """Search the knowledge bases for `question`: the tool call `{"id", "name", "args"}` and its result."""
+    """Search the knowledge bases for `question`: the tool call `{"id", "name", "args"}` and its result.
+
+    With a journal on `context` the step is recorded as the model's would be (the call, then its
+    start and result, through `run_tool`), so a resumed attempt finds it among the finished steps.
+    """
     call_id = f"kb_{uuid.uuid4().hex[:24]}"
     args = {"query": " ".join(question.split())[:MAX_QUERY_CHARS]}
+    call = {"id": call_id, "name": KNOWLEDGE_BASE_TOOL, "args": args}
+    journal = context.journal
+    if journal is not None:
+        journal.model_step(AgentMessage(role="assistant", content="", tool_calls=[dict(call)]), empty_usage())
     if not args["query"]:
         # Nothing to search for (a message of images only): no call is made, none is paid.
-        return {"id": call_id, "name": KNOWLEDGE_BASE_TOOL, "args": args}, NO_QUESTION
+        if journal is not None:
+            journal.tool_finished(call_id, AgentMessage(role="tool", content=NO_QUESTION, tool_call_id=call_id))
+        return call, NO_QUESTION
     output = run_tool(KNOWLEDGE_BASE_TOOL, args, context=context.for_call(call_id))
-    return {"id": call_id, "name": KNOWLEDGE_BASE_TOOL, "args": args}, output
+    return call, output
 
 
 def choose_citations(context: ToolContext, answer: str) -> list[dict[str, Any]] | None:

@@ -56,9 +56,16 @@ class PreparedTurnHandler(BaseAgentHandler):
         (`handlers.chat_models.errors.invocation_error`: the openai SDK's errors by kind, a busy
         service as `ProviderBusy`, a stopped request as stopped). A reply whose last message is not
         an assistant answer with text (`is_answer`) is refused as empty.
+
+        A resumed turn (`turn.resumed`): the finished messages and their usage go in front of what
+        `run` returned, so the reply is what an uninterrupted run returns (each message once, in order).
         """
         try:
             messages, usage = yield from self.run(turn)
+            if turn.resumed.steps:
+                messages = [*turn.resumed.messages, *messages]
+                earlier = turn.resumed.usage
+                usage = {key: int(earlier.get(key, 0)) + int(usage.get(key, 0)) for key in {**earlier, **usage}}
         except HandlerError:
             raise
         except Exception as exc:

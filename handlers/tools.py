@@ -28,8 +28,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from chatq.settings import get_settings, mask_secrets
 from chatq.text import clean_text
 from handlers.context import ToolContext, current_tool_context, use_tool_context
-from handlers.errors import UnknownTool
+from handlers.errors import OutcomeUnknown, UnknownTool
 from handlers.knowledge_search import search_tool
+from handlers.messages import AgentMessage
 
 __all__ = [
     "KNOWLEDGE_BASE_TOOL",
@@ -72,6 +73,10 @@ class Tool:
     Each call that runs inside a handler invocation is recorded (`handlers.accounting`)."""
     price: float = 0.0
     """Default price of one call of a paid tool; the `tools` part of `CHATQ_PRICES` overrides it."""
+    repeatable: bool = False
+    """True if running a call twice does no harm (it only reads). A call that started in an earlier
+    attempt of the turn and whose result was never recorded is run again only then; else the turn
+    fails with `handlers.errors.OutcomeUnknown` (docs/contract.md, "Durable steps")."""
 
 
 _lock = threading.Lock()
@@ -144,8 +149,37 @@ def run_tool(name: str, args: Mapping[str, Any] | None, *, context: ToolContext 
 
     `context` (default: the current one, see `handlers.context`) is what the tool sees of its turn;
     a paid tool run with a context is recorded before it runs, once per call.
+
+    With a journal on the context (`handlers.journal`) each call runs at most once per turn, in
+    every attempt: a call whose result an earlier attempt recorded returns it without running (and
+    without a paid-call record); one that started without a recorded result runs again only if its
+    tool is `repeatable` (under the same `idempotency_key`), else `OutcomeUnknown` is raised;
+    any other call is recorded as started, run, and its result recorded. Those two errors, and a
+    journal write that fails (`StepNotRecorded`), are the only ones raised.
     """
     ctx = context if context is not None else current_tool_context()
+    journal = ctx.journal if ctx is not None and ctx.tool_call_id is not None else None
+    if journal is None or ctx is None or ctx.tool_call_id is None:
+        return _run_tool(name, args, ctx, context)
+    call_id = ctx.tool_call_id
+    resumed = ctx.resumed
+    if resumed is not None and call_id in resumed.results:
+        return resumed.results[call_id]
+    if resumed is not None and call_id in resumed.started:
+        tool = _registered(name)
+        if tool is None or not tool.repeatable:
+            raise OutcomeUnknown(call_id=call_id, tool=name)
+        logger.info("tool %s call %s: repeating a call whose outcome was not recorded (repeatable)", name, call_id)
+    else:
+        journal.tool_started(call_id, name)
+    found = len(ctx.retrieved.hits())
+    output = _run_tool(name, args, ctx, context)
+    journal.tool_finished(call_id, _result_message(call_id, output, ctx.retrieved.hits()[found:]))
+    return output
+
+
+def _run_tool(name: str, args: Mapping[str, Any] | None, ctx: ToolContext | None, context: ToolContext | None) -> str:
+    """The call itself: the paid record, the tool, its output cut to size; every failure an `Error: ...` text."""
     try:
         tool = get_tool(name)
         if args is not None and not isinstance(args, Mapping):
@@ -160,6 +194,17 @@ def run_tool(name: str, args: Mapping[str, Any] | None, *, context: ToolContext 
         # The model reads it and the turn stores it: an exception's text may hold a secret.
         return truncate_output(f"Error: {mask_secrets(_describe(exc))}")
     return truncate_output(text)
+
+
+def _registered(name: str) -> Tool | None:
+    with _lock:
+        return _registry.get(name)
+
+
+def _result_message(call_id: str, output: str, hits: list[dict[str, Any]]) -> AgentMessage:
+    """The `tool` message a call's result is recorded as; its citations hold the knowledge-base hits
+    the call found (a resumed attempt gets them back for the reply's citations)."""
+    return AgentMessage(role="tool", content=output, tool_call_id=call_id, citations=hits or None)
 
 
 def _record_paid_call(tool: Tool, ctx: ToolContext) -> bool:
@@ -352,6 +397,7 @@ register_tool(
             "additionalProperties": False,
         },
         func=_calculator,
+        repeatable=True,
     )
 )
 register_tool(
@@ -369,6 +415,7 @@ register_tool(
             "additionalProperties": False,
         },
         func=current_time,
+        repeatable=True,
     )
 )
 
@@ -399,5 +446,6 @@ register_tool(
         },
         func=search_tool,
         paid=True,
+        repeatable=True,  # it only reads; a repeated search is a new paid call, recorded as one
     )
 )

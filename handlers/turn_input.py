@@ -23,6 +23,7 @@ from handlers.deadline import Deadline
 from handlers.errors import AgentInvocationError, HandlerError
 from handlers.history import History, trim_history
 from handlers.images import UserContent, model_accepts_images, user_content
+from handlers.journal import Journal, Resumed
 from handlers.knowledge import choose_citations, retrieval_step, start_invocation
 from handlers.messages import AgentMessage, AgentSession, StreamEvent, StreamEventKind, ToolCall, Usage
 from handlers.prompts import build_system_prompt
@@ -110,6 +111,20 @@ class TurnInput:
     deadline: Deadline
     """The turn timeout (`CHATQ_TURN_TIMEOUT`), started when the input was built: `remaining()` for request
     timeouts, `check()` between chunks and steps."""
+    resumed: Resumed = dataclasses.field(default_factory=Resumed)
+    """What earlier attempts of the turn finished (`handlers.journal`): the adapter continues after
+    `resumed.messages` (the conversation is history, the user message, then those), runs the open
+    round's `resumed.pending` calls first, and returns only what it produces itself; the template
+    puts the finished messages and usage in front. Empty for a first attempt or without a journal."""
+    journal: Journal | None = None
+    """Where the adapter records each assistant message that calls tools (`record_model_step`); tool
+    calls are recorded by `run_tool`. None: nothing is recorded."""
+
+    def record_model_step(self, message: AgentMessage, usage: Usage) -> None:
+        """Record an assistant message that calls tools, right after the model returned it, before any
+        of its tools runs (no-op without a journal)."""
+        if self.journal is not None and message.tool_calls:
+            self.journal.model_step(message, usage)
 
     @property
     def timeout(self) -> float:
@@ -134,12 +149,16 @@ def build_turn_input(
     reply_to: int | None = None,
     calls_tools: bool = True,
     store: TurnStore | None = None,
+    journal: Journal | None = None,
 ) -> TurnInput:
     """Prepare one invocation on `session`: deadline, tools, history, system prompt, first search.
 
     `calls_tools` is the adapter's `BaseAgentHandler.calls_tools`: False binds no tools and puts a
     knowledge-base search at the end of the system prompt instead of into the conversation.
-    `store` (default: `handlers.store.default_store()`) hands in the session's data.
+    `store` (default: `handlers.store.default_store()`) hands in the session's data. `journal` (the
+    worker's, `handlers.journal`) is read once here: with finished steps the invocation resumes
+    after them (the first search is among them, not made again); a framework that calls no tools
+    records nothing.
 
     Fails as an adapter would: a HandlerError (an unknown tool, a `reply_to` of another session) as
     is; an error of the store or of the configuration unchanged (the worker classifies it: retries
@@ -151,8 +170,17 @@ def build_turn_input(
     # History before any search: a `reply_to` of another session fails before a paid search is made.
     tool_context = start_invocation(session, store)
     history = _history(store, tool_context, session, reply_to, user_message)
+    journal = journal if calls_tools else None
+    resumed = Resumed.of(journal.done) if journal is not None else Resumed()
+    if journal is not None:
+        tool_context = dataclasses.replace(tool_context, journal=journal, resumed=resumed)
+        # The reply's citations are chosen from every search of the turn, finished ones included.
+        tool_context.retrieved.add(resumed.hits)
     try:
-        return _build(session, user_message, images, reply_to, calls_tools, deadline, tool_context, history)
+        built = _build(
+            session, user_message, images, reply_to, calls_tools, deadline, tool_context, history, resumed.steps > 0
+        )
+        return dataclasses.replace(built, resumed=resumed, journal=journal)
     except (HandlerError, ConfigError):
         raise
     except Exception as exc:
@@ -186,12 +214,13 @@ def _build(
     deadline: Deadline,
     tool_context: ToolContext,
     history: History,
+    resuming: bool,
 ) -> TurnInput:
     model = get_settings().session_model(session.model)
     knowledge_bases = tool_context.knowledge_bases
     tools = session_tool_names((session.metadata_ or {}).get("tools"), knowledge_bases) if calls_tools else ()
     retrieval: Retrieval | None = None
-    if knowledge_bases:
+    if knowledge_bases and not resuming:
         # The first step of every question is a search with the user's message.
         call, output = retrieval_step(tool_context, text)
         retrieval = Retrieval(call=call, output=output, in_prompt=not calls_tools)

@@ -188,6 +188,49 @@ class Turn(Base):
     """Where this turn is POSTed when it ends, instead of its session's `webhook_url`."""
 
 
+class StepKind(enum.StrEnum):
+    """What a journal entry of a turn records (`handlers.journal.StepKind`, the same values)."""
+
+    MODEL = "model"
+    TOOL_STARTED = "tool_started"
+    TOOL_RESULT = "tool_result"
+
+
+class TurnStep(Base):
+    """One finished step of a running turn (`worker.store.journal`): what a later attempt resumes after.
+
+    Written under the turn's lease, one small row per step; a turn without tool calls writes none.
+    Removed with its turn (and so with its session: delete, retention).
+    """
+
+    __tablename__ = "turn_steps"
+    __table_args__ = (PrimaryKeyConstraint("turn_id", "seq", name="pk_turn_steps"),)
+
+    turn_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("turns.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    """1, 2, ... in the order the steps were written."""
+    kind: Mapped[StepKind] = mapped_column(
+        Enum(
+            StepKind,
+            name="step_kind",
+            native_enum=False,
+            length=16,
+            values_callable=lambda e: [m.value for m in e],
+            create_constraint=True,
+        )
+    )
+    attempt: Mapped[int] = mapped_column(Integer)
+    """The attempt (handler invocation) that wrote it."""
+    call_id: Mapped[str | None] = mapped_column(String(255))
+    """The tool call (`tool_started`, `tool_result`)."""
+    tool_name: Mapped[str | None] = mapped_column(String(64))
+    message: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    """The assistant (`model`) or tool (`tool_result`) message, in `AgentMessage.to_dict()` form."""
+    usage: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    """The model request's token usage (`model`)."""
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
 class ChatMessage(Base):
     """A stored message of a session: the user's, the assistant's or a tool's."""
 

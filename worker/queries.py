@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from models.db import session_scope
-from models.tables import ChatMessage, ChatSession, PaidToolCall, Turn, UsageRollup, WebhookDelivery
+from models.tables import ChatMessage, ChatSession, PaidToolCall, Turn, TurnStep, UsageRollup, WebhookDelivery
 from worker.errors import BatchNotFound, SessionNotFound, TurnNotFound
 from worker.history import message_dict, turn_dict
 from worker.payload import parse_uuid
@@ -37,7 +37,24 @@ def turn_report(turn_id: uuid.UUID | str, *, tenant: str | None = None) -> dict[
             select(ChatMessage).where(ChatMessage.turn_id == turn_uuid).order_by(ChatMessage.position)
         ).scalars()
         webhook = _webhook_report(db, turn)
-        return {**turn_dict(turn, [message_dict(row) for row in messages]), "webhook": webhook}
+        steps = [
+            _step_dict(step)
+            for step in db.execute(
+                select(TurnStep).where(TurnStep.turn_id == turn_uuid).order_by(TurnStep.seq)
+            ).scalars()
+        ]
+        return {**turn_dict(turn, [message_dict(row) for row in messages]), "steps": steps, "webhook": webhook}
+
+
+def _step_dict(step: TurnStep) -> dict[str, Any]:
+    """One journal entry as `chatq show --json` prints it: what it records and the attempt that did it."""
+    return {
+        "seq": step.seq,
+        "kind": step.kind.value,
+        "attempt": step.attempt,
+        "call_id": step.call_id,
+        "tool_name": step.tool_name,
+    }
 
 
 def _webhook_report(db: Session, turn: Turn) -> dict[str, Any] | None:

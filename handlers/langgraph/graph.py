@@ -6,6 +6,10 @@ A session with knowledge bases attached gets a graph whose first step searches t
 
     START -> retrieve -> agent -(tool calls?)-> tool_execution -> agent ... -> END
 
+Without it the graph is entered where the conversation stands: at the agent, or at tool execution
+when the input ends with an assistant message whose calls are not answered yet (a turn resumed
+from its journal, `handlers.journal`, runs the round an earlier attempt left open first).
+
 The compiled graph holds no per-turn state: the model client, system prompt and deadline of a turn
 come in through `config["configurable"]`, so one compiled graph serves every turn and thread.
 """
@@ -45,7 +49,7 @@ def build_graph(tool_names: Sequence[str], *, retrieve: bool = False) -> Graph:
         builder.add_edge(START, RETRIEVE_NODE)
         builder.add_edge(RETRIEVE_NODE, AGENT_NODE)
     else:
-        builder.add_edge(START, AGENT_NODE)
+        builder.add_conditional_edges(START, tools_condition, {"tools": TOOL_NODE, END: AGENT_NODE})
     # tools_condition answers "tools" when the last AI message has tool calls, else END.
     builder.add_conditional_edges(AGENT_NODE, tools_condition, {"tools": TOOL_NODE, END: END})
     builder.add_edge(TOOL_NODE, AGENT_NODE)

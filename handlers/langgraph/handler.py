@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
@@ -11,7 +11,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphRecursionError
 
 from handlers.base import StreamEvent, StreamEventKind
-from handlers.chat_models.messages import content_text, to_agent_message, usage_from
+from handlers.chat_models.messages import content_text, payloads_to_langchain, to_agent_message, usage_from
 from handlers.chat_models.models import get_chat_model
 from handlers.chat_models.turn import conversation
 from handlers.errors import TOO_MANY_STEPS, AgentInvocationError
@@ -49,27 +49,38 @@ class LangGraphHandler(PreparedTurnHandler):
             tools=turn.tool_context,
             retrieval=turn.retrieval,
             on_text=graph_run.on_text,
+            journal=turn.journal,
         )
         config: RunnableConfig = {"recursion_limit": RECURSION_LIMIT, "configurable": {CONTEXT_KEY: context}}
         # With knowledge bases attached, the graph's first step adds the search already run.
         graph = get_graph(turn.tools, retrieve=turn.retrieval is not None)
-        state = {"messages": conversation(turn)}
+        # A resumed turn continues after its finished messages; with a round left open the graph is
+        # entered at tool execution, whose recorded results come back without running or events.
+        resumed = turn.resumed
+        state = {"messages": [*conversation(turn), *payloads_to_langchain(m.to_dict() for m in resumed.messages)]}
+        for call in resumed.pending:
+            if call.get("id") not in resumed.results:
+                yield _tool_event(call.get("id"), call.get("name"), "started")
         produced: list[BaseMessage] = []
         try:
             # Leaving this loop early ends the graph where it waits, unwinding its node (run_graph).
-            yield from _events(run_graph(graph, state, config, graph_run, turn.deadline), produced)
+            items = run_graph(graph, state, config, graph_run, turn.deadline)
+            yield from _events(items, produced, quiet=resumed.results)
         except GraphRecursionError as exc:
             logger.warning("session %s: recursion limit %d reached", turn.session.id, RECURSION_LIMIT)
             raise AgentInvocationError(TOO_MANY_STEPS) from exc
         return [to_agent_message(m) for m in produced], usage_from(produced)
 
 
-def _events(items: Iterator[tuple[str, Any]], produced: list[BaseMessage]) -> Iterator[StreamEvent]:
+def _events(
+    items: Iterator[tuple[str, Any]], produced: list[BaseMessage], *, quiet: Mapping[str, str] | None = None
+) -> Iterator[StreamEvent]:
     """Turn the graph run's text chunks and updates into chatq events; collect new messages.
 
     Text comes from the agent node's token chunks; the agent's finished messages and the tool
     results come from the updates, which is also where `produced` (this turn's messages, in order)
-    is filled. A reply that arrived without token chunks is sent as one text event.
+    is filled. A reply that arrived without token chunks is sent as one text event. A result of a
+    call in `quiet` (recorded by an earlier attempt, which streamed its events) gets no event.
     """
     streamed = False  # did the current agent step stream any text?
     for kind, data in items:
@@ -89,7 +100,7 @@ def _events(items: Iterator[tuple[str, Any]], produced: list[BaseMessage]) -> It
                     streamed = False
                     for call in message.tool_calls:
                         yield _tool_event(call.get("id"), call["name"], "started")
-                elif isinstance(message, ToolMessage):
+                elif isinstance(message, ToolMessage) and not (quiet and message.tool_call_id in quiet):
                     yield _tool_event(message.tool_call_id, message.name, "finished")
 
 

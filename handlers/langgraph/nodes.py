@@ -13,9 +13,10 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, Syst
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
-from handlers.chat_models.messages import content_text
+from handlers.chat_models.messages import content_text, to_agent_message, usage_from
 from handlers.chat_models.turn import collect, stream_model
 from handlers.context import use_tool_context
+from handlers.errors import HandlerError
 from handlers.langgraph.state import AgentState, context_of
 from handlers.tools import truncate_output
 
@@ -66,6 +67,9 @@ def agent_node(state: AgentState, config: RunnableConfig) -> dict[str, list[Base
         messages.insert(0, context.system_prompt)
     chunks = stream_model(context.llm, messages, context.deadline, config)
     reply = collect(chunks if context.on_text is None else _tap(chunks, context.on_text))
+    if context.journal is not None and reply.tool_calls:
+        # Recorded before any of its tools runs: a later attempt of the turn continues from this message.
+        context.journal.model_step(to_agent_message(reply), usage_from([reply]))
     return {"messages": [reply]}
 
 
@@ -114,6 +118,8 @@ def _run(tool: BaseTool | None, name: str, args: dict[str, Any], config: Runnabl
         return f"Error: unknown tool {name!r}. Use only the tools you were given.", True
     try:
         output = tool.invoke(args, config)
+    except HandlerError:
+        raise  # run_tool's own (an unknown outcome, a step not recorded): the turn's, not the model's to read
     except Exception as exc:
         logger.info("tool %s raised %s", name, type(exc).__name__)
         return f"Error: {str(exc) or type(exc).__name__}", True

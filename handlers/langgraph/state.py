@@ -13,6 +13,7 @@ from langgraph.graph.message import add_messages
 
 from handlers.context import ToolContext
 from handlers.deadline import Deadline
+from handlers.journal import Journal
 from handlers.turn_input import Retrieval
 
 __all__ = ["CONTEXT_KEY", "AgentState", "TurnContext", "context_of"]
@@ -47,6 +48,8 @@ class TurnContext:
     """The turn's first knowledge-base search, already run; the retrieve node adds it to the conversation."""
     on_text: Callable[[str], None] | None = None
     """Receives the agent's text chunks as they stream (`GraphRun.on_text`); None when nobody listens."""
+    journal: Journal | None = None
+    """Where the agent node records each reply that calls tools (`handlers.journal`); None: nothing is recorded."""
 
 
 def context_of(config: RunnableConfig) -> TurnContext:

@@ -43,18 +43,27 @@ class PlainOpenAIHandler(PreparedTurnHandler):
     """The `plain_openai` framework: the same behaviour as `langgraph`, without a framework."""
 
     def run(self, turn: TurnInput) -> Generator[StreamEvent, None, Reply]:
-        """Text events as tokens arrive, tool started/finished events; returns the turn's messages and usage."""
+        """Text events as tokens arrive, tool started/finished events; returns the turn's messages and usage.
+
+        A resumed turn continues after its finished messages: the open round's calls run first
+        (recorded results come back without running, and without events: they streamed before).
+        """
         produced: list[AgentMessage] = []
         usage = empty_usage()
         messages: list[dict[str, Any]] = [{"role": "system", "content": turn.system_prompt}]
         messages.extend(_to_openai(m) for m in turn.history)
         messages.append({"role": "user", "content": turn.user_content})
+        messages.extend(_to_openai(m.to_dict()) for m in turn.resumed.messages)
         if turn.retrieval is not None:
             # The search already ran; it enters the conversation as if the model had called the tool.
             started, finished = turn.retrieval.events()
             yield started
             produced += _tool_round(messages, "", [turn.retrieval.call], [turn.retrieval.output])
             yield finished
+        if turn.resumed.pending:
+            # The round an earlier attempt left open: its assistant message is in the conversation already.
+            outputs = yield from _run_calls(turn, turn.resumed.pending, skip_events=turn.resumed.results)
+            produced += _tool_results(messages, turn.resumed.pending, outputs)
         for _ in range(MAX_MODEL_CALLS):
             step = yield from _complete(turn.model, messages, turn.tools, turn.deadline)
             for key in usage:
@@ -62,14 +71,30 @@ class PlainOpenAIHandler(PreparedTurnHandler):
             if not step.calls:
                 produced.append(AgentMessage(role="assistant", content=step.text))
                 return produced, usage
-            outputs: list[str] = []
-            for call in step.calls:
-                turn.deadline.check()
-                yield _tool_event(call, "started")
-                outputs.append(_run(call, turn.tools, turn.tool_context))
-                yield _tool_event(call, "finished")
-            produced += _tool_round(messages, step.text, step.calls, outputs)
+            call_message = _call_message(messages, step.text, step.calls)
+            # Recorded before any of its tools runs: a later attempt continues from this message.
+            turn.record_model_step(call_message, step.usage)
+            produced.append(call_message)
+            outputs = yield from _run_calls(turn, step.calls)
+            produced += _tool_results(messages, step.calls, outputs)
         raise AgentInvocationError(TOO_MANY_STEPS)
+
+
+def _run_calls(
+    turn: TurnInput, calls: Sequence[Mapping[str, Any]], *, skip_events: Mapping[str, str] | None = None
+) -> Generator[StreamEvent, None, list[str]]:
+    """Run a round's calls in order with their started/finished events (none for a call in `skip_events`,
+    whose recorded result `run_tool` returns without running it)."""
+    outputs: list[str] = []
+    for call in calls:
+        turn.deadline.check()
+        quiet = skip_events is not None and call["id"] in skip_events
+        if not quiet:
+            yield _tool_event(call, "started")
+        outputs.append(_run(call, turn.tools, turn.tool_context))
+        if not quiet:
+            yield _tool_event(call, "finished")
+    return outputs
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -161,9 +186,21 @@ def _tool_round(
     messages: list[dict[str, Any]], text: str, calls: Sequence[Mapping[str, Any]], outputs: Sequence[str]
 ) -> list[AgentMessage]:
     """Add an assistant tool-call message and its results to the conversation; return them as AgentMessages."""
+    return [_call_message(messages, text, calls), *_tool_results(messages, calls, outputs)]
+
+
+def _call_message(messages: list[dict[str, Any]], text: str, calls: Sequence[Mapping[str, Any]]) -> AgentMessage:
+    """Add an assistant message that calls tools to the conversation; return it as an AgentMessage."""
     neutral = [{"id": c["id"], "name": c["name"], "args": c["args"] or {}} for c in calls]
     messages.append(_to_openai({"role": "assistant", "content": text, "tool_calls": neutral}))
-    produced = [AgentMessage(role="assistant", content=text, tool_calls=neutral)]
+    return AgentMessage(role="assistant", content=text, tool_calls=neutral)
+
+
+def _tool_results(
+    messages: list[dict[str, Any]], calls: Sequence[Mapping[str, Any]], outputs: Sequence[str]
+) -> list[AgentMessage]:
+    """Add the calls' results to the conversation; return them as AgentMessages."""
+    produced = []
     for call, output in zip(calls, outputs, strict=True):
         messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
         produced.append(AgentMessage(role="tool", content=output, tool_call_id=call["id"]))

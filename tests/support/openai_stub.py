@@ -17,6 +17,9 @@ server never interfere:
     [unauthorized]         HTTP 401 whose message echoes the API key the client sent, as some
                            OpenAI-compatible servers do
     [loop: EXPR]           ask for calculator every time, even after results (recursion limits)
+    [rounds: N NAME {json}] ask for tool NAME with those args (one call a round) until N results of its
+                           own calls follow the last user message, then answer f"Done after N rounds: {result}"
+    [fail-at: KEY N]       HTTP 500 only the Nth time KEY is seen (server-wide): a fault mid-turn
     [fail]                 HTTP 500, always
     [fail-once: KEY]       HTTP 500 the first time KEY is seen (server-wide), normal afterwards
     [fail-times: KEY N]    HTTP 500 the first N times KEY is seen
@@ -270,6 +273,12 @@ class OpenAIStub:
     def should_fail(self, script: Script) -> bool:
         if "fail" in script.directives:
             return True
+        if "fail-at" in script.directives:
+            key, _, count = script.directives["fail-at"].rpartition(" ")
+            with self._lock:
+                seen = self._seen.get(f"fail-at:{key}", 0) + 1
+                self._seen[f"fail-at:{key}"] = seen
+            return count.isdigit() and seen == int(count)
         rule = script.directives.get("fail-once")
         times = 1
         if rule is None and "fail-times" in script.directives:
@@ -302,6 +311,14 @@ class OpenAIStub:
                     return bool((call.get("function") or {}).get("name") == name)
         return False
 
+    def own_results(self, messages: list[dict[str, Any]]) -> int:
+        """Tool results after the last user message that answer calls this stub asked for."""
+        start = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+        with self._lock:
+            return sum(
+                1 for m in messages[start + 1 :] if m.get("role") == "tool" and m.get("tool_call_id") in self._issued
+            )
+
     def wait(self, seconds: float) -> None:
         if seconds > 0:
             self._stopping.wait(seconds)
@@ -316,6 +333,18 @@ class OpenAIStub:
             pass
         elif "loop" in d:
             reply.tool_calls = [self.issue(_tool_call("calculator", {"expression": d["loop"] or "1+1"}))]
+        elif "rounds" in d:
+            count, _, rest = d["rounds"].partition(" ")
+            name, _, raw = rest.strip().partition(" ")
+            rounds = int(count) if count.isdigit() else 1
+            if self.own_results(messages) >= rounds:
+                reply.content = f"Done after {rounds} rounds: {message_text(last)}"
+            else:
+                try:
+                    args = json.loads(raw) if raw.strip() else {}
+                except json.JSONDecodeError:
+                    args = {"raw": raw}
+                reply.tool_calls = [self.issue(_tool_call(name, args if isinstance(args, dict) else {"value": args}))]
         elif ("calc" in d and self.answered(messages, "calculator")) or (
             "tool" in d and self.answered(messages, tool_name)
         ):

@@ -181,6 +181,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     )
     if report.get("webhook"):
         print(f"webhook  {_webhook_line(report['webhook'])}")
+    if report.get("steps"):
+        print(f"steps    {_steps_line(report['steps'])}")
     for message in report["messages"]:
         label = message["role"]
         if message["tool_calls"]:
@@ -189,6 +191,18 @@ def cmd_show(args: argparse.Namespace) -> int:
         if message["content"] or not message["tool_calls"]:
             print(f"[{label}] {message['content']}")
     return EXIT_OK
+
+
+def _steps_line(steps: list[dict[str, Any]]) -> str:
+    """`chatq show`'s steps line: the finished steps of the turn's journal and the attempt of each."""
+    done = [step for step in steps if step["kind"] != "tool_started"]
+    by_attempt: dict[int, int] = {}
+    for step in done:
+        by_attempt[step["attempt"]] = by_attempt.get(step["attempt"], 0) + 1
+    attempts = ", ".join(f"{count} by attempt {attempt}" for attempt, count in sorted(by_attempt.items()))
+    unfinished = len({s["call_id"] for s in steps if s["kind"] == "tool_started"} - {s["call_id"] for s in done})
+    line = f"{len(done)} done ({attempts})" if done else "none done"
+    return line + (f", {unfinished} tool call(s) started without a result" if unfinished else "")
 
 
 def _webhook_line(webhook: dict[str, Any]) -> str:

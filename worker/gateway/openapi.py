@@ -308,6 +308,20 @@ BASE_SCHEMA: dict[str, Any] = {
                     "started_at": {"type": ["string", "null"], "format": "date-time"},
                     "finished_at": {"type": ["string", "null"], "format": "date-time"},
                     "messages": {"type": "array", "items": {"$ref": "#/components/schemas/Message"}},
+                    "steps": {
+                        "type": "array",
+                        "description": "the turn's journal of finished steps (docs/contract.md, 'Durable steps')",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "seq": {"type": "integer"},
+                                "kind": {"type": "string", "enum": ["model", "tool_started", "tool_result"]},
+                                "attempt": {"type": "integer"},
+                                "call_id": {"type": ["string", "null"]},
+                                "tool_name": {"type": ["string", "null"]},
+                            },
+                        },
+                    },
                     "webhook": {"oneOf": [{"$ref": "#/components/schemas/Webhook"}, {"type": "null"}]},
                 },
             },

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from handlers.abort import abortable
 from handlers.base import AgentMessage, BaseAgentHandler, SessionInfo, StreamEvent, StreamEventKind, Usage
 from handlers.errors import AgentInvocationError, ProviderBusy
+from handlers.journal import Journal
 from handlers.plain_run import plain_events
 from handlers.prepared import PreparedTurnHandler
 from worker.errors import HandBack, LeaseLost, TurnCancelled
@@ -51,11 +52,14 @@ def run_handler(
     *,
     started: float | None = None,
     runtime: Runtime | None = None,
+    journal: Journal | None = None,
 ) -> tuple[list[AgentMessage], Usage]:
     """Stream the session's handler on the turn, relaying text and tool events.
 
-    chatq's adapters (`PreparedTurnHandler`) get the turn's input prepared and run on this thread; a
-    plain handler gets the message as sent and runs on a thread of its own (`handlers.plain_run`).
+    chatq's adapters (`PreparedTurnHandler`) get the turn's input prepared and run on this thread,
+    with the turn's `journal` (`handlers.journal`: they resume after its finished steps and record
+    new ones); a plain handler gets the message as sent and runs on a thread of its own
+    (`handlers.plain_run`), and starts over in every attempt.
     """
     from handlers import get_agent_handler
 
@@ -63,7 +67,7 @@ def run_handler(
     registry = runtime.hooks
     session = handler_session(claim.session)
     handler = get_agent_handler(session)
-    source = _source(handler, session, claim, lease, runtime)
+    source = _source(handler, session, claim, lease, runtime, journal)
     coalescer = TextCoalescer(events, claim.attempt, runtime.settings.text_coalesce_ms / 1000.0)
     relay = _Relay(claim, events, lease, coalescer, registry, started)
     stream: Iterator[StreamEvent] | None = None
@@ -97,7 +101,12 @@ def run_handler(
 
 
 def _source(
-    handler: BaseAgentHandler, session: SessionInfo, claim: claims.Claim, lease: TurnLease, runtime: Runtime
+    handler: BaseAgentHandler,
+    session: SessionInfo,
+    claim: claims.Claim,
+    lease: TurnLease,
+    runtime: Runtime,
+    journal: Journal | None = None,
 ) -> Callable[[], Iterator[StreamEvent]]:
     """How to start the handler's event stream: prepared here for an adapter, as sent for a plain handler."""
     if isinstance(handler, PreparedTurnHandler):
@@ -113,6 +122,7 @@ def _source(
             reply_to=claim.reply_to,
             calls_tools=handler.calls_tools,
             store=PostgresTurnStore(),
+            journal=journal,
         )
         return lambda: handler.stream_turn(turn)
     images = list(claim.images) if claim.images else None

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from chatq.settings import mask_secrets
 from handlers.context import running_turn
-from handlers.errors import AgentInvocationError, HandlerError, ProviderBusy, UnknownFramework
+from handlers.errors import AgentInvocationError, HandlerError, ProviderBusy, StepNotRecorded, UnknownFramework
 from models.tables import TurnStatus
 from worker.dispatch import kick_next, send_next, send_turn
 from worker.errors import ConfigError, HandBack, InvalidTurn, LeaseLost, SessionDeleted, TurnCancelled
@@ -26,6 +26,7 @@ from worker.log_context import set_attempt, turn_context
 from worker.payload import TurnRequest
 from worker.runtime.delivery.process import Runtime, current_runtime
 from worker.runtime.delivery.relay import run_handler
+from worker.runtime.delivery.resume import announced, open_journal, resuming
 from worker.runtime.observers import hooks
 from worker.runtime.observers.hooks import Facts
 from worker.runtime.policy import provider
@@ -212,11 +213,13 @@ def retry_after_outage(
 
 def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Result:
     registry = runtime.hooks
+    journal = open_journal(claim, runtime)
     if claim.deliveries > 1:
         events = TurnEvents.resume(session_id=claim.session.id, turn_id=claim.turn_id)
         # The previous delivery ended without a clean hand-back (its worker died or lost its
-        # lease) after publishing partial text: tell consumers to drop it, as for any retry.
-        events.publish(EventType.RETRY, claim.attempt - 1, error="the previous worker stopped; starting over")
+        # lease) after publishing partial text: tell consumers to drop it, as for any retry
+        # (all but its finished steps, which this attempt continues after).
+        events.publish(EventType.RETRY, claim.attempt - 1, **resuming("the previous worker stopped", journal))
         events.publish(EventType.STARTED, claim.attempt)
     else:
         # The usual case: number `started` after the stream's newest event and publish it in one
@@ -228,7 +231,7 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
     lease = keeper.register(claim.turn_id, claim.lease_token)
     try:
         with running_turn(claim.turn_id, claim.attempt):
-            messages, usage = run_handler(claim, events, lease, started=started, runtime=runtime)
+            messages, usage = run_handler(claim, events, lease, started=started, runtime=runtime, journal=journal)
     except TurnCancelled:
         ended = claims.finish_turn(claim, TurnStatus.CANCELLED)
         if ended.stored:
@@ -237,14 +240,27 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
             send_next(ended.next_turn)
         return Result(outcome=Outcome.CANCELLED, attempt=claim.attempt)
     except HandBack:
-        return hand_back(claim, events, runtime=runtime)
+        return hand_back(claim, events, runtime=runtime, resumed_after=journal.finished_steps)
     except LeaseLost:
         registry.lost(hooks.Lost(turn=Facts.of_claim(claim), storing=False))
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
+    except StepNotRecorded as exc:
+        if exc.stale:
+            # Another attempt holds the turn now (or it ended): this one stops, writing nothing more.
+            registry.lost(hooks.Lost(turn=Facts.of_claim(claim), storing=False))
+            return Result(outcome=Outcome.LOST, attempt=claim.attempt)
+        cause = exc.__cause__
+        if cause is None or not is_outage(cause):
+            return fail(claim, events, exc.message, runtime=runtime)
+        # Postgres went away under a journal write: an outage, as below (the delivery is retried).
+        with contextlib.suppress(Exception):
+            if claims.requeue_turn(claim, hand_back=True):
+                events.publish(EventType.RETRY, claim.attempt, **resuming("a service restarted", journal))
+        raise cause from exc
     except ProviderBusy as exc:
         return wait_for_provider(claim, events, exc, runtime=runtime)
     except AgentInvocationError as exc:
-        return handle_agent_failure(claim, events, exc, runtime=runtime)
+        return handle_agent_failure(claim, events, exc, runtime=runtime, resumed_after=journal.finished_steps)
     except (UnknownFramework, InvalidTurn, HandlerError, ConfigError) as exc:
         # Bad input or configuration (a model without its key): a retry would fail the same way.
         return fail(claim, events, exc.message, runtime=runtime)
@@ -254,7 +270,7 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
             # and let the task retry the delivery.
             with contextlib.suppress(Exception):
                 if claims.requeue_turn(claim, hand_back=True):
-                    events.publish(EventType.RETRY, claim.attempt, error="a service restarted; starting over")
+                    events.publish(EventType.RETRY, claim.attempt, **resuming("a service restarted", journal))
             raise
         if is_refusal(exc):
             # Postgres refused a value the turn needed: the same data fails the same way every time.
@@ -299,26 +315,37 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
     return Result(outcome=Outcome.SUCCEEDED, attempt=claim.attempt, tokens=usage.get("total_tokens", 0))
 
 
-def hand_back(claim: claims.Claim, events: TurnEvents, *, runtime: Runtime | None = None) -> Result:
-    """Requeue a turn interrupted by shutdown and send it again, so another worker runs it now."""
+def hand_back(
+    claim: claims.Claim, events: TurnEvents, *, runtime: Runtime | None = None, resumed_after: int = 0
+) -> Result:
+    """Requeue a turn interrupted by shutdown and send it again, so another worker runs it now
+    (after its `resumed_after` finished steps)."""
     if not claims.requeue_turn(claim, hand_back=True):
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
-    events.publish(EventType.RETRY, claim.attempt, error="the worker is shutting down; another worker takes the turn")
+    why = "the worker is shutting down; another worker takes the turn"
+    events.publish(EventType.RETRY, claim.attempt, **announced(why, resumed_after))
     send_turn(claim.to_message(), queue=claim.queue)
     (runtime or current_runtime()).hooks.handed_back(hooks.HandedBack(turn=Facts.of_claim(claim), running=True))
     return Result(outcome=Outcome.HANDED_BACK, attempt=claim.attempt)
 
 
 def handle_agent_failure(
-    claim: claims.Claim, events: TurnEvents, exc: AgentInvocationError, *, runtime: Runtime | None = None
+    claim: claims.Claim,
+    events: TurnEvents,
+    exc: AgentInvocationError,
+    *,
+    runtime: Runtime | None = None,
+    resumed_after: int = 0,
 ) -> Result:
-    """Retry as the policy says (CHATQ_MAX_ATTEMPTS invocations in all), then fail the turn."""
+    """Retry as the policy says (CHATQ_MAX_ATTEMPTS invocations in all), then fail the turn.
+
+    The retry continues after the `resumed_after` steps the turn finished (its `retry` event says so)."""
     runtime = runtime or current_runtime()
     error = mask_secrets(exc.message)
     decision = runtime.retry.after_agent_failure(claim.attempt)
     if decision.retry:
         if claims.requeue_turn(claim, error=error):
-            events.publish(EventType.RETRY, claim.attempt, error=error)
+            events.publish(EventType.RETRY, claim.attempt, **announced(error, resumed_after))
             runtime.hooks.retried(
                 hooks.Retried(turn=Facts.of_claim(claim), cause=decision.cause, delay=decision.delay, error=error)
             )

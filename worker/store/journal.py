@@ -1,0 +1,147 @@
+"""The journal of a running turn's finished steps on Postgres (`turn_steps`): the worker's `handlers.journal.Journal`.
+
+An attempt opens the journal when it starts (`TurnJournal.open`: the steps earlier attempts
+finished, read once) and hands it to `build_turn_input`; the adapters and `run_tool` record each
+step as it finishes. Every write is one INSERT that succeeds only while the turn is still running
+under this attempt's lease token, as every other write of a running turn (`worker.store.claims`):
+an attempt that lost its turn to another cannot add a step, and its run stops
+(`StepNotRecorded(stale=True)`). The engine is handed in.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Engine, RowMapping, bindparam, text
+from sqlalchemy.dialects.postgresql import JSONB
+
+from chatq.text import clean_json, clean_text
+from handlers.errors import StepNotRecorded
+from handlers.journal import Step, StepKind
+from handlers.messages import AgentMessage, Usage
+
+__all__ = ["TurnJournal", "read_steps"]
+
+READ = text(
+    """
+    SELECT seq, kind, attempt, call_id, tool_name, message, usage
+    FROM turn_steps WHERE turn_id = :turn_id ORDER BY seq
+    """
+)
+
+WRITE = text(
+    """
+    -- Only while this attempt holds the turn: running, under its lease token.
+    INSERT INTO turn_steps (turn_id, seq, kind, attempt, call_id, tool_name, message, usage)
+    SELECT t.id, :seq, :kind, :attempt, :call_id, :tool_name, :message, :usage
+    FROM turns t
+    WHERE t.id = :turn_id AND t.status = 'running' AND t.lease_token = :token
+    ON CONFLICT (turn_id, seq) DO NOTHING
+    RETURNING seq
+    """
+).bindparams(bindparam("message", type_=JSONB), bindparam("usage", type_=JSONB))
+
+STALE = "this attempt no longer holds the turn (it was taken over or ended); its step was not recorded"
+
+
+def read_steps(db: Connection, turn_id: uuid.UUID) -> list[Step]:
+    """A turn's journal entries in order (`db`: any connection or session)."""
+    return [_step(row) for row in db.execute(READ, {"turn_id": turn_id}).mappings()]
+
+
+def _step(row: RowMapping) -> Step:
+    message = row["message"]
+    return Step(
+        seq=int(row["seq"]),
+        kind=StepKind(row["kind"]),
+        attempt=int(row["attempt"]),
+        call_id=row["call_id"],
+        tool_name=row["tool_name"],
+        message=AgentMessage.from_dict(message) if message else None,
+        usage={str(key): int(value) for key, value in (row["usage"] or {}).items()} or None,
+    )
+
+
+class TurnJournal:
+    """One attempt's journal: the steps done before it, and its own writes under its lease."""
+
+    def __init__(
+        self, engine: Engine, *, turn_id: uuid.UUID, lease_token: uuid.UUID, attempt: int, done: Sequence[Step]
+    ) -> None:
+        self._engine = engine
+        self.turn_id = turn_id
+        self.lease_token = lease_token
+        self.attempt = attempt
+        self._done = tuple(done)
+        self._lock = threading.Lock()
+        self._next = max((step.seq for step in self._done), default=0) + 1
+        self._finished = sum(step.kind is not StepKind.TOOL_STARTED for step in self._done)
+
+    @classmethod
+    def open(cls, engine: Engine, *, turn_id: uuid.UUID, lease_token: uuid.UUID, attempt: int) -> TurnJournal:
+        """The journal of a claimed turn, with the steps earlier attempts finished (one indexed read)."""
+        with engine.connect() as db:
+            done = read_steps(db, turn_id)
+        return cls(engine, turn_id=turn_id, lease_token=lease_token, attempt=attempt, done=done)
+
+    @property
+    def done(self) -> Sequence[Step]:
+        """The steps earlier attempts finished, in order (as read when the attempt started)."""
+        return self._done
+
+    @property
+    def finished_steps(self) -> int:
+        """Finished steps (model messages and tool results) so far, this attempt's included: where
+        the next attempt would resume (the `resumed_after` of a `retry` event)."""
+        return self._finished
+
+    def model_step(self, message: AgentMessage, usage: Usage) -> None:
+        """Record an assistant message that calls tools, with its request's usage."""
+        self._write(StepKind.MODEL, message=message.to_dict(), usage=dict(usage))
+
+    def tool_started(self, call_id: str, name: str) -> None:
+        """Record that a tool call is about to run."""
+        self._write(StepKind.TOOL_STARTED, call_id=call_id, tool_name=name)
+
+    def tool_finished(self, call_id: str, message: AgentMessage) -> None:
+        """Record a tool call's result (its `tool` message)."""
+        self._write(StepKind.TOOL_RESULT, call_id=call_id, message=message.to_dict())
+
+    def _write(
+        self,
+        kind: StepKind,
+        *,
+        call_id: str | None = None,
+        tool_name: str | None = None,
+        message: dict[str, Any] | None = None,
+        usage: dict[str, Any] | None = None,
+    ) -> None:
+        with self._lock:
+            params = {
+                "turn_id": self.turn_id,
+                "token": self.lease_token,
+                "seq": self._next,
+                "kind": kind.value,
+                "attempt": self.attempt,
+                "call_id": clean_text(call_id[:255]) if call_id is not None else None,
+                "tool_name": clean_text(tool_name[:64]) if tool_name is not None else None,
+                # As the reply is stored (`worker.runtime.delivery.replies`): no NUL or lone surrogate reaches Postgres.
+                "message": clean_json(message),
+                "usage": usage,
+            }
+            try:
+                # One statement, atomic on its own: no transaction around it (one round trip).
+                with self._engine.connect() as db:
+                    written = (
+                        db.execution_options(isolation_level="AUTOCOMMIT").execute(WRITE, params).scalar_one_or_none()
+                    )
+            except Exception as exc:
+                raise StepNotRecorded(f"a step of the turn could not be recorded ({type(exc).__name__})") from exc
+            if written is None:
+                raise StepNotRecorded(STALE, stale=True)
+            self._next += 1
+            if kind is not StepKind.TOOL_STARTED:
+                self._finished += 1
