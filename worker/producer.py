@@ -20,7 +20,7 @@ from sqlalchemy import select, update
 
 from chatq.settings import get_settings, mask_secrets
 from handlers import framework_names
-from models.db import autocommit_scope, session_scope
+from models.db import autocommit_scope, get_engine, session_scope
 from models.knowledge import attach_knowledge_bases
 from models.tables import ChatMessage, ChatSession, Turn, TurnStatus
 from worker.deletion import DeletedSessionReport
@@ -228,9 +228,12 @@ def submit_turn(
         return _resubmission(request)
     for other_id in cancelled:
         _announce_cancel(other_id)
-    events = TurnEvents(session_id=request.session_id, turn_id=request.turn_id)
+    client = get_redis()
+    events = TurnEvents(
+        session_id=request.session_id, turn_id=request.turn_id, client=client, retention=settings.event_retention
+    )
     events.publish(EventType.QUEUED, 0, position=position)
-    sent = send_turn(request.to_message(), queue=queue)
+    sent = send_turn(request.to_message(), queue=queue, client=client)
     log.info("turn %s session %s: queued at position %d on %s", request.turn_id, request.session_id, position, queue)
     return SubmittedTurn(
         turn_id=request.turn_id,
@@ -289,9 +292,12 @@ def _announce_cancel(turn_id: uuid.UUID) -> None:
         if row is None or row.status is not TurnStatus.CANCELLED:
             return
         session_id = row.session_id
-    TurnEvents.resume(session_id=session_id, turn_id=turn_id).publish(EventType.CANCELLED, 0)
+    retention = get_settings().event_retention
+    TurnEvents.resume(session_id=session_id, turn_id=turn_id, client=get_redis(), retention=retention).publish(
+        EventType.CANCELLED, 0
+    )
     try:
-        schedule_delivery(turn_id)
+        schedule_delivery(turn_id, engine=get_engine())
     except Exception as exc:  # the cancel stands; only its webhook is lost
         log.warning("turn %s: could not queue its webhook delivery: %s", turn_id, mask_secrets(str(exc)))
 
@@ -335,6 +341,6 @@ def cancel_turn(turn_id: uuid.UUID | str, *, tenant: str | None = None) -> Cance
         status, session_id = claims.request_cancel(db, [turn_uuid])[turn_uuid], row.session_id
     if status is TurnStatus.CANCELLED:
         _announce_cancel(turn_uuid)
-        kick_next(session_id)
+        kick_next(session_id, engine=get_engine(), client=get_redis())
     log.info("turn %s: cancel requested (%s)", turn_uuid, status.value)
     return Cancellation(turn_id=turn_uuid, status=status, already=False)

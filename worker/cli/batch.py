@@ -25,6 +25,7 @@ from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Tur
 from worker.cli.batch_resume import Comparison, Found, append_turns, compare, load_stored
 from worker.dispatch import send_turns
 from worker.errors import InvalidTurn
+from worker.events import get_redis
 from worker.markers import in_queue
 from worker.payload import BATCH_QUEUE, task_message, validate_content
 from worker.store import claims
@@ -218,8 +219,8 @@ def submit_batch(batch_id: str, conversations: Sequence[Conversation], *, chunk:
     for start in range(0, len(session_ids), chunk):
         heads = _runnable_heads(session_ids[start : start + chunk])
         # On a resumed run, a head whose message still waits in Redis needs no second one.
-        waiting = {str(t) for t in in_queue([uuid.UUID(m["turn_id"]) for m in heads])}
-        sent += send_turns([m for m in heads if m["turn_id"] not in waiting], queue=BATCH_QUEUE)
+        waiting = {str(t) for t in in_queue(get_redis(), [uuid.UUID(m["turn_id"]) for m in heads])}
+        sent += send_turns([m for m in heads if m["turn_id"] not in waiting], queue=BATCH_QUEUE, client=get_redis())
     return Submission(
         conversations=len(conversations),
         turns=sum(len(c.turns) for c in conversations),

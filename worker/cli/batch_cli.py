@@ -200,9 +200,10 @@ _HELD = {
 def provider_note(now: float) -> str:
     """`  held back by the provider (...)` while the model service or its shared limits hold turns back."""
     try:
+        from worker.events import get_redis
         from worker.runtime.policy.limits import held_back
 
-        held = held_back(now)
+        held = held_back(get_redis(), now)
     except Exception:  # the bar goes on without the note
         return ""
     if not held:

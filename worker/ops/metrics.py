@@ -194,8 +194,10 @@ class ProviderLimitsCollector(Collector):
             for name in names
         }
         try:
+            from worker.events import get_redis
+
             for scope in (self.scopes or limits.known_scopes)():
-                now = limits.state(scope)
+                now = limits.state(get_redis(), scope)
                 for name, value in zip(names, (now.rpm, now.tpm, now.max_concurrent, now.in_flight), strict=True):
                     families[name].add_metric([scope.model], float(value))
         except Exception as exc:  # a scrape must not fail because Redis blinked

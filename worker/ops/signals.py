@@ -90,8 +90,9 @@ def _hand_back_on_shutdown(sig: str | None = None, how: str | None = None, **_: 
 def _message_taken(request: Any = None, **_: Any) -> None:
     """The message left the queue: drop its sent-marker now, not when the task starts, so a worker
     that dies with messages reserved leaves them to the sweeper's grace period, not its patience."""
+    from worker.events import get_redis
     from worker.markers import mark_taken
 
     task_id = getattr(request, "id", None)
     if task_id and getattr(request, "name", None) == "chatq.run_turn":
-        mark_taken(task_id)
+        mark_taken(get_redis(), task_id)

@@ -34,6 +34,7 @@ from models.turn_store import PostgresTurnStore
 from tests.support.cli import chatq
 from tests.support.env import environ
 from tests.support.fixtures import STUB_API_KEY
+from tests.support.inprocess import build_runtime
 from tests.support.knowledge import REFUNDS
 from tests.support.openai_stub import OpenAIStub
 from tests.support.turns import turn_messages
@@ -156,7 +157,7 @@ def test_a_turn_reads_only_its_own_tenants_knowledge_bases(
     for session, reads in ((theirs, False), (mine, True)):
         content = f"How long do refunds take? [quote] {key}"
         request = parse_turn_request({"session_id": str(session), "content": content}, task_id=str(uuid.uuid4()))
-        result = execute_turn(request, queue=INTERACTIVE_QUEUE, worker="in-process@test")
+        result = execute_turn(request, queue=INTERACTIVE_QUEUE, worker="in-process@test", runtime=build_runtime())
         assert result.outcome is Outcome.SUCCEEDED, result
         sent = json.dumps([body for body in runtime.requests if key in json.dumps(body)])
         stored = json.dumps([(m.content, m.citations) for m in turn_messages(request.turn_id)])

@@ -14,6 +14,7 @@ from prometheus_client import REGISTRY
 
 from tests.support.env import environ
 from tests.support.fixtures import STUB_API_KEY
+from tests.support.inprocess import build_runtime
 from tests.support.openai_stub import OpenAIStub
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest, parse_turn_request
 from worker.producer import cancel_turn, create_session
@@ -83,7 +84,7 @@ def _request(session_id: uuid.UUID, content: str) -> TurnRequest:
 
 
 def _run(request: TurnRequest) -> Result:
-    return execute_turn(request, queue=INTERACTIVE_QUEUE, worker="in-process@test")
+    return execute_turn(request, queue=INTERACTIVE_QUEUE, worker="in-process@test", runtime=build_runtime())
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from models.db import session_scope
 from models.tables import Turn, TurnStatus
 from tests.support.env import environ
 from tests.support.fixtures import STUB_API_KEY
+from tests.support.inprocess import build_runtime
 from tests.support.openai_stub import OpenAIStub
 from tests.support.turns import replay_events, turn_messages
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest, parse_turn_request
@@ -43,7 +44,7 @@ def _request(session_id: uuid.UUID, content: str, turn_id: uuid.UUID | None = No
 
 
 def _run(request: TurnRequest) -> Result:
-    return execute_turn(request, queue=INTERACTIVE_QUEUE, worker=WORKER)
+    return execute_turn(request, queue=INTERACTIVE_QUEUE, worker=WORKER, runtime=build_runtime())
 
 
 def _row(turn_id: uuid.UUID) -> Turn:

@@ -19,6 +19,7 @@ from models.db import session_scope
 from models.tables import Turn, TurnStatus
 from tests.support.env import environ
 from tests.support.handlers import PORTED_FRAMEWORKS, PORTED_PLUGIN, plugin_installed
+from tests.support.inprocess import build_runtime
 from tests.support.turns import replay_events, turn_messages, wait_for_status
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest, parse_turn_request
 from worker.producer import cancel_turn, create_session
@@ -41,7 +42,7 @@ def _request(session_id: uuid.UUID, content: str, **extra: Any) -> TurnRequest:
 
 
 def _run(request: TurnRequest) -> Result:
-    return execute_turn(request, queue=INTERACTIVE_QUEUE, worker="in-process@test")
+    return execute_turn(request, queue=INTERACTIVE_QUEUE, worker="in-process@test", runtime=build_runtime())
 
 
 def _row(turn_id: uuid.UUID) -> Turn:
