@@ -11,7 +11,7 @@ import enum
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,7 +89,6 @@ log = logging.getLogger(__name__)
 get_session = explains_missing_schema(_get_session)
 list_sessions = explains_missing_schema(_list_sessions)
 list_turns = explains_missing_schema(_list_turns)
-update_session = explains_missing_schema(_update_session)
 delete_session = explains_missing_schema(_delete_session)
 wait_for_turn = explains_missing_schema(_wait_for_turn)
 
@@ -344,3 +343,27 @@ def cancel_turn(turn_id: uuid.UUID | str, *, tenant: str | None = None) -> Cance
         kick_next(session_id, engine=get_engine(), client=get_redis())
     log.info("turn %s: cancel requested (%s)", turn_uuid, status.value)
     return Cancellation(turn_id=turn_uuid, status=status, already=False)
+
+
+@explains_missing_schema
+def update_session(
+    session_id: uuid.UUID | str,
+    *,
+    system_prompt: str | Keep | None = KEEP,
+    model: str | Keep | None = KEEP,
+    metadata: Mapping[str, Any] | Keep | None = KEEP,
+    knowledge_bases: Sequence[str] | Keep = KEEP,
+    webhook: str | Keep | None = KEEP,
+    tenant: str | None = None,
+) -> dict[str, Any]:
+    """Change what is given and return the session as `get_session` does (`worker.sessions.update_session`)."""
+    return _update_session(
+        session_id,
+        system_prompt=system_prompt,
+        model=model,
+        metadata=metadata,
+        knowledge_bases=knowledge_bases,
+        webhook=webhook,
+        tenant=tenant,
+        settings=get_settings(),
+    )

@@ -291,7 +291,7 @@ class InProcessWorker:
         try:
             if delivery.args:
                 raise InvalidTurn("chatq.run_turn takes keyword arguments only")
-            request = parse_turn_request(delivery.kwargs, task_id=delivery.task_id)
+            request = parse_turn_request(delivery.kwargs, task_id=delivery.task_id, settings=runtime.settings)
         except InvalidTurn as exc:
             reject(*_ids(delivery), exc.message, runtime=runtime)
             return

@@ -18,7 +18,7 @@ from typing import Any, cast
 from sqlalchemy import Table, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from chatq.settings import Settings, get_settings
+from chatq.settings import Settings
 from handlers import framework_names
 from models.db import connection_scope, session_scope
 from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
@@ -122,9 +122,8 @@ def parse_line(line_no: int, text: str, settings: Settings) -> Conversation:
     )
 
 
-def parse_batch(lines: Iterable[str], settings: Settings | None = None) -> tuple[list[Conversation], list[LineError]]:
-    """Every valid conversation and every bad line (blank lines are skipped)."""
-    settings = settings or get_settings()
+def parse_batch(lines: Iterable[str], settings: Settings) -> tuple[list[Conversation], list[LineError]]:
+    """Every valid conversation and every bad line (blank lines are skipped), bounded by `settings`."""
     conversations: list[Conversation] = []
     errors: list[LineError] = []
     seen: dict[str, int] = {}

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from chatq.settings import get_settings
+
 
 def register(sub: Any) -> None:
     """Add the `batch` subcommand."""
@@ -43,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         raise ChatqError(f"batch file not found: {args.file}")
     with path.open(encoding="utf-8", errors="strict") as handle:
         try:
-            conversations, errors = b.parse_batch(handle)
+            conversations, errors = b.parse_batch(handle, get_settings())
         except UnicodeDecodeError as exc:
             raise ChatqError(f"{args.file} is not UTF-8 text ({exc.reason})") from None
     for error in errors:

@@ -281,7 +281,7 @@ def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
         _exec_celery(defaults + extra)
     # One interpreter per core (worker/cli/supervisor.py), each with a node name no other service
     # on this host uses, all serving their metrics on one endpoint.
-    return run_service(defaults + extra, count, command=_celery_command)
+    return run_service(defaults + extra, count, command=_celery_command, settings=get_settings())
 
 
 def cmd_beat(args: argparse.Namespace, extra: list[str]) -> int:

@@ -12,16 +12,17 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from chatq.settings import get_settings
+from chatq.settings import Settings
 from worker.cli.node_names import claim_node_names
 from worker.cli.supervisor import Supervisor, child_arguments
 from worker.ops.service_metrics import ServiceMetrics
 
 
-def run_service(arguments: Sequence[str], count: int, *, command: Callable[[list[str]], list[str]]) -> int:
+def run_service(
+    arguments: Sequence[str], count: int, *, command: Callable[[list[str]], list[str]], settings: Settings
+) -> int:
     """Run `count` Celery workers given `arguments` (`command` makes each one's command line) as one
-    service; returns its exit status."""
-    settings = get_settings()
+    service, by the CLI's `settings`; returns its exit status."""
     nodes = claim_node_names(arguments, count)
     if nodes.taken:
         sys.stderr.write(

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import insert, select
 
-from chatq.settings import reset_settings
+from chatq.settings import get_settings, reset_settings
 from handlers.context import ToolContext, use_tool_context
 from handlers.knowledge_search import search_tool
 from models.db import session_scope
@@ -156,7 +156,9 @@ def test_a_turn_reads_only_its_own_tenants_knowledge_bases(
     mine = create_session(framework=framework, model="gpt-4o-mini", tenant=acme, knowledge_bases=[acme_kb])
     for session, reads in ((theirs, False), (mine, True)):
         content = f"How long do refunds take? [quote] {key}"
-        request = parse_turn_request({"session_id": str(session), "content": content}, task_id=str(uuid.uuid4()))
+        request = parse_turn_request(
+            {"session_id": str(session), "content": content}, task_id=str(uuid.uuid4()), settings=get_settings()
+        )
         result = execute_turn(request, queue=INTERACTIVE_QUEUE, worker="in-process@test", runtime=build_runtime())
         assert result.outcome is Outcome.SUCCEEDED, result
         sent = json.dumps([body for body in runtime.requests if key in json.dumps(body)])

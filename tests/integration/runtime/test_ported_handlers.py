@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from chatq.settings import get_settings
 from models.db import session_scope
 from models.tables import Turn, TurnStatus
 from tests.support.env import environ
@@ -38,7 +39,7 @@ def plugin(chatq_env: dict[str, str]) -> Iterator[None]:
 
 def _request(session_id: uuid.UUID, content: str, **extra: Any) -> TurnRequest:
     body = {"session_id": str(session_id), "content": content, **extra}
-    return parse_turn_request(body, task_id=str(uuid.uuid4()))
+    return parse_turn_request(body, task_id=str(uuid.uuid4()), settings=get_settings())
 
 
 def _run(request: TurnRequest) -> Result:

@@ -58,7 +58,9 @@ for _point in hooks.POINTS:
 
 def _request(content: str) -> TurnRequest:
     session_id = create_session(framework="langgraph", model="gpt-4o-mini")
-    return parse_turn_request({"session_id": str(session_id), "content": content}, task_id=str(uuid.uuid4()))
+    return parse_turn_request(
+        {"session_id": str(session_id), "content": content}, task_id=str(uuid.uuid4()), settings=get_settings()
+    )
 
 
 def _own_runtime(turn_id: uuid.UUID, **settings: Any) -> tuple[Runtime, Points]:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from chatq.settings import get_settings
 from models.db import session_scope
 from models.tables import Turn, TurnStatus
 from tests.support.handlers import STREAM_ONLY_PLUGIN, plugin_installed
@@ -32,7 +33,9 @@ def plugin(chatq_env: dict[str, str]) -> Iterator[None]:
 
 
 def _request(session_id: uuid.UUID, content: str) -> TurnRequest:
-    return parse_turn_request({"session_id": str(session_id), "content": content}, task_id=str(uuid.uuid4()))
+    return parse_turn_request(
+        {"session_id": str(session_id), "content": content}, task_id=str(uuid.uuid4()), settings=get_settings()
+    )
 
 
 def _status(turn_id: uuid.UUID) -> TurnStatus:

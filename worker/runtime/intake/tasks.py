@@ -51,7 +51,7 @@ def run_turn(self: Task[Any, Any], *args: Any, **kwargs: Any) -> str:
     try:
         if args:
             raise InvalidTurn("chatq.run_turn takes keyword arguments only")
-        request = parse_turn_request(kwargs, task_id=self.request.id)
+        request = parse_turn_request(kwargs, task_id=self.request.id, settings=runtime.settings)
     except InvalidTurn as exc:
         reject(*_ids(kwargs, self.request.id), exc.message, runtime=runtime)
         raise TurnFailed(f"rejected: {exc.message}") from None
