@@ -41,7 +41,7 @@ def test_each_queue_has_its_own_binding_and_an_earlier_releases_shared_one_is_dr
     stray = "chatq\x06\x16\x06\x16chatq.batch"  # both queues on exchange chatq, as before
     client.sadd("_kombu.binding.chatq", stray)
     client.sadd("_kombu.binding_permanent.chatq", stray)
-    declare_queues()
+    declare_queues(client)
     assert client.smembers("_kombu.binding.chatq") == {b"chatq\x06\x16\x06\x16chatq"}
     assert client.smembers("_kombu.binding_permanent.chatq") == {b"chatq\x06\x16\x06\x16chatq"}
     assert client.smembers("_kombu.binding.chatq.batch") == {b"chatq.batch\x06\x16\x06\x16chatq.batch"}

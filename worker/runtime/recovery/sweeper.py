@@ -67,18 +67,18 @@ class SweepReport:
         }
 
 
-def declare_queues() -> None:
+def declare_queues(client: redis.Redis) -> None:
     """Declare chatq's queues again and drop stray bindings (`worker.runtime.intake.bindings`)."""
     from worker.app import app
 
-    bindings.declare_queues(app)
+    bindings.declare_queues(app, client)
 
 
 def sweep_once(runtime: Runtime) -> SweepReport:
     """One pass of the sweeper, by the runtime's settings, on its connections."""
     settings, client = runtime.settings, runtime.redis
     try:
-        declare_queues()
+        declare_queues(client)
     except Exception as exc:
         log.warning("could not declare the queues: %s", exc)
     stuck: dict[uuid.UUID, list[bytes]] = {}
