@@ -11,9 +11,9 @@ import enum
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from redis import RedisError
 from sqlalchemy import select, update
@@ -84,13 +84,22 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _schema_checked(function: Callable[P, R]) -> Callable[P, R]:
+    """`function` raising SchemaMissing, naming this process's database, on a database nobody migrated."""
+    return explains_missing_schema(function, where=lambda: get_settings().database_url_masked)
+
+
 # The API's calls that live in other modules, each raising SchemaMissing (one line: run `chatq db
 # upgrade`) on a database nobody migrated, as the calls defined here do (worker.schema).
-get_session = explains_missing_schema(_get_session)
-list_sessions = explains_missing_schema(_list_sessions)
-list_turns = explains_missing_schema(_list_turns)
-delete_session = explains_missing_schema(_delete_session)
-wait_for_turn = explains_missing_schema(_wait_for_turn)
+get_session = _schema_checked(_get_session)
+list_sessions = _schema_checked(_list_sessions)
+list_turns = _schema_checked(_list_turns)
+delete_session = _schema_checked(_delete_session)
+wait_for_turn = _schema_checked(_wait_for_turn)
 
 
 class IfBusy(enum.StrEnum):
@@ -122,7 +131,7 @@ class SubmittedTurn:
     """Turns cancelled to make way for this one (IfBusy.INTERRUPT)."""
 
 
-@explains_missing_schema
+@_schema_checked
 def create_session(
     *,
     framework: str = "langgraph",
@@ -175,7 +184,7 @@ def create_session(
     return new_id
 
 
-@explains_missing_schema
+@_schema_checked
 def submit_turn(
     session_id: uuid.UUID | str,
     content: str,
@@ -313,7 +322,7 @@ class Cancellation:
     """True: the turn had been cancelled (or asked to stop) before this call, which changed nothing."""
 
 
-@explains_missing_schema
+@_schema_checked
 def cancel_turn(turn_id: uuid.UUID | str, *, tenant: str | None = None) -> Cancellation:
     """Cancel a queued or running turn; says whether this call cancelled it or it already was.
 
@@ -345,7 +354,7 @@ def cancel_turn(turn_id: uuid.UUID | str, *, tenant: str | None = None) -> Cance
     return Cancellation(turn_id=turn_uuid, status=status, already=False)
 
 
-@explains_missing_schema
+@_schema_checked
 def update_session(
     session_id: uuid.UUID | str,
     *,

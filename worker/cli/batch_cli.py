@@ -11,8 +11,6 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from chatq.settings import get_settings
-
 
 def register(sub: Any) -> None:
     """Add the `batch` subcommand."""
@@ -45,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         raise ChatqError(f"batch file not found: {args.file}")
     with path.open(encoding="utf-8", errors="strict") as handle:
         try:
-            conversations, errors = b.parse_batch(handle, get_settings())
+            conversations, errors = b.parse_batch(handle, args.settings)
         except UnicodeDecodeError as exc:
             raise ChatqError(f"{args.file} is not UTF-8 text ({exc.reason})") from None
     for error in errors:
