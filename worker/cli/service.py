@@ -33,7 +33,7 @@ def run_service(
     metrics = None
     try:
         if settings.metrics_port is not None:
-            _log_to_stderr()
+            _log_to_stderr(settings)
             metrics = ServiceMetrics.start(port=settings.metrics_port, addr=settings.metrics_addr)
         return Supervisor(
             commands=commands,
@@ -46,11 +46,11 @@ def run_service(
         nodes.release()
 
 
-def _log_to_stderr() -> None:
+def _log_to_stderr(settings: Settings) -> None:
     """The supervisor's own log lines (its metrics endpoint's), formatted as its workers' are."""
     from worker.ops.logs import configure_handlers
 
     root = logging.getLogger()
     root.addHandler(logging.StreamHandler())
     root.setLevel(logging.INFO)
-    configure_handlers(root)
+    configure_handlers(root, log_format=settings.log_format)
