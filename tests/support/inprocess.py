@@ -30,8 +30,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import redis
+from sqlalchemy import Engine
 
-from chatq.settings import get_settings
+from chatq.settings import Settings, get_settings
 from models.db import get_engine
 from tests.support.env import environ
 from worker.errors import InvalidTurn
@@ -58,16 +59,20 @@ IN_PROCESS_ENV = {
     "CHATQ_WORKER_SWEEP": "off",
 }
 
-_keepers: dict[float, LeaseKeeper] = {}
+_keepers: dict[tuple[Engine, float], LeaseKeeper] = {}
 _keepers_lock = threading.Lock()
 
 
-def _lease_keeper(lease_seconds: float) -> LeaseKeeper:
-    """One keeper (one renewal thread) per lease length for the whole test run, as a process has one."""
+def _lease_keeper(settings: Settings, engine: Engine) -> LeaseKeeper:
+    """One keeper (one renewal thread) per engine and lease length for the whole test run, as a
+    process has one; apart from the process's own (`get_lease_keeper`), as before."""
     with _keepers_lock:
-        keeper = _keepers.get(lease_seconds)
-        if keeper is None or keeper.lease_seconds != lease_seconds:
-            keeper = _keepers[lease_seconds] = LeaseKeeper()
+        key = (engine, settings.lease_seconds)
+        keeper = _keepers.get(key)
+        if keeper is None:
+            keeper = _keepers[key] = LeaseKeeper(
+                engine=engine, lease_seconds=settings.lease_seconds, interval=settings.renewal_interval
+            )
         return keeper
 
 
@@ -75,12 +80,13 @@ def build_runtime() -> Runtime:
     """A `Runtime` from the test's current settings (its lease length, retry policy), the default
     hooks, and the test's engine and Redis client (this harness is an edge, as a worker's task entry is)."""
     settings = get_settings()
+    engine = get_engine()
     return Runtime(
         settings=settings,
         hooks=get_hooks(),
-        leases=_lease_keeper(settings.lease_seconds),
+        leases=_lease_keeper(settings, engine),
         retry=RetryPolicy.from_settings(settings),
-        engine=get_engine(),
+        engine=engine,
         redis=get_redis(),
     )
 

@@ -54,12 +54,13 @@ class Runtime:
 
 def _build() -> Runtime:
     settings = get_settings()
+    engine = get_engine()
     return Runtime(
         settings=settings,
         hooks=get_hooks(),
-        leases=get_lease_keeper(),
+        leases=get_lease_keeper(settings, engine),
         retry=RetryPolicy.from_settings(settings),
-        engine=get_engine(),
+        engine=engine,
         redis=get_redis(),
     )
 
