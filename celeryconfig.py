@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 from kombu import Exchange, Queue
 
 from chatq.settings import get_settings
+from worker.runtime.intake.intake import max_item_bytes
 
 _settings = get_settings()
 
@@ -45,6 +46,9 @@ broker_transport_options = {
     # Take from queues in the order the worker lists them (`chatq` before `chatq.batch`), so an
     # interactive turn never waits behind a batch, while idle batch capacity is still used.
     "queue_order_strategy": "priority",
+    # The largest queue item chatq's transport lets through (worker/runtime/intake/broker.py):
+    # what a turn within this process's limits can need.
+    "chatq_item_limit": max_item_bytes(_settings),
 }
 
 # JSON only: a producer in any language can speak it, and pickle from the broker would be code execution.
@@ -97,6 +101,13 @@ task_routes = {
 worker_send_task_events = True
 task_send_sent_event = False
 
+
+# What chatq's own signal handlers need from the settings (worker/ops/signals.py: the log format,
+# the metrics endpoint), handed to them in the app's configuration: this module is where a Celery
+# process reads its settings.
+chatq_log_format = _settings.log_format
+chatq_metrics_port = _settings.metrics_port
+chatq_metrics_addr = _settings.metrics_addr
 
 # Plugins register tools or agent frameworks when the worker starts (CHATQ_PLUGINS).
 imports = _settings.plugins

@@ -202,13 +202,14 @@ def main(argv: list[str] | None = None) -> None:
         from worker import producer
         from worker.payload import TurnRequest
         from worker.runtime.delivery import runner
+        from worker.runtime.delivery.process import current_runtime
 
         def one(session_id: Any) -> None:
             if args.raw:  # another language's producer: only the message, a session nobody created
                 import uuid
 
                 request = TurnRequest(turn_id=uuid.uuid4(), session_id=uuid.uuid4(), content="hello there")
-                result = runner.execute_turn(request, queue="chatq", worker="profile@bench")
+                result = runner.execute_turn(request, queue="chatq", worker="profile@bench", runtime=current_runtime())
                 if result.outcome.value != "succeeded":
                     raise RuntimeError(f"turn {request.turn_id}: {result.outcome}")
                 return
@@ -216,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
             request = TurnRequest(
                 turn_id=turn.turn_id, session_id=turn.session_id, content="hello there, how are you today"
             )
-            result = runner.execute_turn(request, queue="chatq", worker="profile@bench")
+            result = runner.execute_turn(request, queue="chatq", worker="profile@bench", runtime=current_runtime())
             if result.outcome.value != "succeeded":
                 raise RuntimeError(f"turn {turn.turn_id}: {result.outcome}")
 

@@ -105,29 +105,37 @@ def get_sessionmaker() -> sessionmaker[Session]:
     return _pooled.get()[1]
 
 
+# The scopes take the engine to use: the worker's runtime hands its own down (`Runtime.engine`);
+# None is the process's engine, for the public no-argument paths (models' functions, the CLI).
+
+
 @contextmanager
-def session_scope() -> Iterator[Session]:
+def session_scope(engine: Engine | None = None) -> Iterator[Session]:
     """A session in one transaction: committed on success, rolled back on any error."""
-    with get_sessionmaker().begin() as session:
+    if engine is None:
+        with get_sessionmaker().begin() as session:
+            yield session
+        return
+    with Session(engine, expire_on_commit=False) as session, session.begin():
         yield session
 
 
 @contextmanager
-def connection_scope() -> Iterator[Connection]:
+def connection_scope(engine: Engine | None = None) -> Iterator[Connection]:
     """A Core connection in one transaction, for hot paths that need no ORM objects."""
-    with get_engine().begin() as connection:
+    with (engine or get_engine()).begin() as connection:
         yield connection
 
 
 @contextmanager
-def autocommit_scope() -> Iterator[Connection]:
+def autocommit_scope(engine: Engine | None = None) -> Iterator[Connection]:
     """A Core connection in autocommit mode, for writes that are one statement (often a CTE).
 
     A single statement is atomic on its own; outside a transaction it costs one round trip
     instead of three (BEGIN, the statement, COMMIT). Never use it for two writes that must
     succeed or fail together.
     """
-    with get_engine().connect() as connection:
+    with (engine or get_engine()).connect() as connection:
         yield connection.execution_options(isolation_level="AUTOCOMMIT")
 
 

@@ -1,4 +1,7 @@
-"""Schema migrations (Alembic) as plain functions: `chatq db upgrade` and the tests call these."""
+"""Schema migrations (Alembic) as plain functions: `chatq db upgrade` and the tests call these.
+
+The caller (the CLI's entry, a test) names the database; nothing here reads the settings.
+"""
 
 from __future__ import annotations
 
@@ -13,12 +16,19 @@ from sqlalchemy.pool import NullPool
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
 
-def alembic_config(database_url: str | None = None) -> Config:
-    """An Alembic config for chatq's migrations, optionally aimed at `database_url`."""
+def alembic_config(database_url: str | None = None, *, default_model: str | None = None) -> Config:
+    """An Alembic config for chatq's migrations, optionally aimed at `database_url`.
+
+    `default_model` is what a downgrade past 0005 writes into sessions that leave their model to
+    the worker. Either one not given is read from the environment by the migrations' `env.py`, as
+    for `alembic` run from a shell.
+    """
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     if database_url:
         config.attributes["database_url"] = database_url
+    if default_model:
+        config.attributes["default_model"] = default_model
     return config
 
 
@@ -40,16 +50,12 @@ def ensure_database(database_url: str) -> bool:
         engine.dispose()
 
 
-def upgrade(database_url: str | None = None, revision: str = "head") -> None:
+def upgrade(database_url: str, revision: str = "head", *, default_model: str | None = None) -> None:
     """Create the database if needed, then create or migrate the schema to `revision`."""
-    if database_url is None:
-        from chatq.settings import get_settings
-
-        database_url = get_settings().database_url
     ensure_database(database_url)
-    command.upgrade(alembic_config(database_url), revision)
+    command.upgrade(alembic_config(database_url, default_model=default_model), revision)
 
 
-def downgrade(database_url: str | None = None, revision: str = "base") -> None:
-    """Undo migrations down to `revision`."""
-    command.downgrade(alembic_config(database_url), revision)
+def downgrade(database_url: str, revision: str = "base", *, default_model: str | None = None) -> None:
+    """Undo migrations down to `revision` (`default_model`: see `alembic_config`)."""
+    command.downgrade(alembic_config(database_url, default_model=default_model), revision)

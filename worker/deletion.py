@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import redis
 from redis import RedisError
 from sqlalchemy import ARRAY, Uuid, bindparam, delete, func, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -155,13 +156,13 @@ LIMIT_SETS = "chatq:limits:*"
 """The provider limits' per-model sets (`worker.runtime.policy.limits.Scope.keys`): their members name turns."""
 
 
-def forget_turns(turn_ids: Sequence[uuid.UUID]) -> None:
+def forget_turns(turn_ids: Sequence[uuid.UUID], *, client: redis.Redis | None = None) -> None:
     """Remove what Redis holds of deleted turns (best effort, in pages): their replay streams,
     sent-markers, ended-markers and places in the unended set, and their entries in the provider
-    limits' slot, waiting and sent sets."""
+    limits' slot, waiting and sent sets. On `client` (a worker's), else the process's."""
     if not turn_ids:
         return
-    client = get_redis()
+    client = client or get_redis()
     try:
         for start in range(0, len(turn_ids), 500):
             page = turn_ids[start : start + 500]

@@ -11,13 +11,13 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import redis
 from kombu.exceptions import OperationalError as KombuOperationalError
 from redis import RedisError
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 
 from chatq.settings import mask_secrets
 from models.db import session_scope
-from worker.events import get_redis
 from worker.markers import sent_marker, set_markers
 from worker.payload import TASK_NAME, WEBHOOK_QUEUE, redacted_kwargs
 
@@ -44,16 +44,18 @@ _SCHEDULE = text(
 )
 
 
-def send_turn(message: Mapping[str, Any], *, queue: str, countdown: float | None = None) -> bool:
+def send_turn(message: Mapping[str, Any], *, queue: str, client: redis.Redis, countdown: float | None = None) -> bool:
     """Send a turn's task message (task id = turn id). False if the broker is unreachable.
 
     A turn that could not be sent is still `queued` in Postgres; the sweeper sends it later.
     """
-    return send_turns([message], queue=queue, countdown=countdown) == 1
+    return send_turns([message], queue=queue, client=client, countdown=countdown) == 1
 
 
-def send_turns(messages: Sequence[Mapping[str, Any]], *, queue: str, countdown: float | None = None) -> int:
-    """Mark many turns' messages in one pipeline, then send them over one pooled producer.
+def send_turns(
+    messages: Sequence[Mapping[str, Any]], *, queue: str, client: redis.Redis, countdown: float | None = None
+) -> int:
+    """Mark many turns' messages in one pipeline (on `client`), then send them over one pooled producer.
 
     Returns how many were sent; the rest stay `queued` in Postgres for the sweeper. The markers go
     first: a worker drops a marker when it takes the message, and one set after the send could land
@@ -63,7 +65,7 @@ def send_turns(messages: Sequence[Mapping[str, Any]], *, queue: str, countdown: 
     from worker.app import app
 
     turn_ids = [str(message["turn_id"]) for message in messages]
-    set_markers(turn_ids)
+    set_markers(client, turn_ids)
     sent: list[str] = []
     with app.producer_or_acquire() as producer:
         for message in messages:
@@ -93,31 +95,31 @@ def send_turns(messages: Sequence[Mapping[str, Any]], *, queue: str, countdown: 
     unsent = set(turn_ids).difference(sent)
     if unsent:
         with contextlib.suppress(RedisError):
-            get_redis().delete(*(sent_marker(turn_id) for turn_id in unsent))
+            client.delete(*(sent_marker(turn_id) for turn_id in unsent))
     return len(sent)
 
 
-def send_next(nxt: NextTurn | None) -> None:
+def send_next(nxt: NextTurn | None, *, client: redis.Redis) -> None:
     """Send a session's next turn (found when the previous one ended), so it never waits for the sweeper."""
     if nxt is not None:
-        send_turn(nxt.to_message(), queue=nxt.queue)
+        send_turn(nxt.to_message(), queue=nxt.queue, client=client)
 
 
-def kick_next(session_id: uuid.UUID) -> None:
+def kick_next(session_id: uuid.UUID, *, engine: Engine, client: redis.Redis) -> None:
     """Look up and send the session's next queued turn (for paths that ended a turn elsewhere)."""
     from worker.store import turns
 
     try:
-        nxt = turns.next_runnable(session_id)
+        nxt = turns.next_runnable(session_id, engine=engine)
     except Exception as exc:  # the sweeper covers this; never fail a finished turn over it
         log.warning("session %s: could not look up the next turn: %s", session_id, mask_secrets(str(exc)))
         return
-    send_next(nxt)
+    send_next(nxt, client=client)
 
 
-def schedule_delivery(turn_id: uuid.UUID) -> uuid.UUID | None:
+def schedule_delivery(turn_id: uuid.UUID, *, engine: Engine) -> uuid.UUID | None:
     """Record and send the delivery of an ended turn with a webhook; its id, or None (no webhook, or already)."""
-    with session_scope() as db:
+    with session_scope(engine) as db:
         delivery_id = db.execute(_SCHEDULE, {"id": uuid.uuid4(), "turn_id": turn_id}).scalar_one_or_none()
     if delivery_id is None:
         return None

@@ -125,15 +125,17 @@ class TurnEvents:
         *,
         session_id: object,
         turn_id: object,
-        client: redis.Redis | None = None,
+        client: redis.Redis,
+        retention: int,
         start_seq: int = 0,
-        retention: int | None = None,
     ) -> None:
         self.session_id = str(session_id)
         self.turn_id = str(turn_id)
-        self.client = client or get_redis()
+        self.client = client
+        """The Redis client to publish on (the runtime's, or the producer's)."""
         self.seq = start_seq
-        self.retention = retention or get_settings().event_retention
+        self.retention = retention
+        """Seconds a turn's replay stream is kept after its last event (`Settings.event_retention`)."""
         self._channel = session_channel(self.session_id)
         self._down_until = 0.0
         self._expiry_set = False
@@ -141,10 +143,10 @@ class TurnEvents:
         self._stream = turn_stream(self.turn_id)
 
     @classmethod
-    def resume(cls, *, session_id: object, turn_id: object, client: redis.Redis | None = None) -> TurnEvents:
+    def resume(cls, *, session_id: object, turn_id: object, client: redis.Redis, retention: int) -> TurnEvents:
         """A publisher that continues the numbering of events already in the turn's stream."""
-        client = client or get_redis()
-        return cls(session_id=session_id, turn_id=turn_id, client=client, start_seq=last_seq(client, turn_id))
+        start = last_seq(client, turn_id)
+        return cls(session_id=session_id, turn_id=turn_id, client=client, retention=retention, start_seq=start)
 
     @classmethod
     def resume_with(
@@ -154,7 +156,8 @@ class TurnEvents:
         *,
         session_id: object,
         turn_id: object,
-        client: redis.Redis | None = None,
+        client: redis.Redis,
+        retention: int,
         **fields: Any,
     ) -> TurnEvents:
         """`resume()`, then `publish(type_, attempt, **fields)`, in one round trip.
@@ -167,10 +170,10 @@ class TurnEvents:
         event always takes the two steps (`send` publishes it only if it is the turn's first).
         """
         if type_ in TERMINAL_TYPES:
-            events = cls.resume(session_id=session_id, turn_id=turn_id, client=client)
+            events = cls.resume(session_id=session_id, turn_id=turn_id, client=client, retention=retention)
             events.publish(type_, attempt, **fields)
             return events
-        events = cls(session_id=session_id, turn_id=turn_id, client=client)
+        events = cls(session_id=session_id, turn_id=turn_id, client=client, retention=retention)
         event = events.build(type_, attempt, **fields)
         # The JSON as every other event has it, split where the script writes the seq's value.
         head, tail = split_at_seq(encode_event(event), event["seq"])
@@ -183,7 +186,7 @@ class TurnEvents:
             return events
         except redis.RedisError as exc:
             log.debug("turn %s: numbering script failed (%s); resuming in two steps", turn_id, mask_secrets(str(exc)))
-            events = cls.resume(session_id=session_id, turn_id=turn_id, client=events.client)
+            events = cls.resume(session_id=session_id, turn_id=turn_id, client=client, retention=retention)
             events.publish(type_, attempt, **fields)
             return events
         events.seq = int(replies[0])

@@ -13,10 +13,10 @@ import contextlib
 import uuid
 from collections.abc import Sequence
 
+import redis
 from redis import RedisError
 
 from worker import unacked
-from worker.events import get_redis
 from worker.payload import QUEUES
 
 __all__ = ["SENT_MARKER_TTL", "in_queue", "mark_taken", "sent_marker", "set_markers", "still_waiting"]
@@ -33,16 +33,16 @@ def sent_marker(turn_id: object) -> str:
     return f"chatq:sent:{turn_id}"
 
 
-def mark_taken(turn_id: object) -> None:
+def mark_taken(client: redis.Redis, turn_id: object) -> None:
     """A worker took the turn's message off the queue (best effort)."""
     with contextlib.suppress(RedisError):
-        get_redis().delete(sent_marker(turn_id))
+        client.delete(sent_marker(turn_id))
 
 
-def in_queue(turn_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+def in_queue(client: redis.Redis, turn_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
     """Which of these turns still have a message waiting in Redis (as far as the markers tell)."""
     try:
-        pipe = get_redis().pipeline(transaction=False)
+        pipe = client.pipeline(transaction=False)
         for turn_id in turn_ids:
             pipe.exists(sent_marker(turn_id))
         found = pipe.execute()
@@ -51,20 +51,24 @@ def in_queue(turn_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
     return {turn_id for turn_id, exists in zip(turn_ids, found, strict=True) if exists}
 
 
-def set_markers(turn_ids: Sequence[str]) -> None:
+def set_markers(client: redis.Redis, turn_ids: Sequence[str]) -> None:
     """Mark messages as waiting in the queue (best effort: without a marker the sweeper may later
     send a harmless duplicate)."""
     if not turn_ids:
         return
     with contextlib.suppress(RedisError):
-        pipe = get_redis().pipeline(transaction=False)
+        pipe = client.pipeline(transaction=False)
         for turn_id in turn_ids:
             pipe.set(sent_marker(turn_id), "1", ex=SENT_MARKER_TTL)
         pipe.execute()
 
 
 def still_waiting(
-    turn_ids: Sequence[uuid.UUID], *, grace: float, stuck: dict[uuid.UUID, list[bytes]] | None = None
+    client: redis.Redis,
+    turn_ids: Sequence[uuid.UUID],
+    *,
+    grace: float,
+    stuck: dict[uuid.UUID, list[bytes]] | None = None,
 ) -> set[uuid.UUID]:
     """Which of these turns' messages are waiting in a queue, as far as Redis can tell (the sweeper's view).
 
@@ -73,11 +77,10 @@ def still_waiting(
     the sweeper to forget once it sent the turn again), nor when its marker is older than `grace`
     while no chatq queue holds any message at all (the message was lost on its way to a worker).
     """
-    marked = in_queue(turn_ids)
+    marked = in_queue(client, turn_ids)
     if not marked:
         return marked
     try:
-        client = get_redis()
         taken = unacked.taken_long_ago(client, marked, older_than=grace)
         if stuck is not None:
             stuck.update(taken)

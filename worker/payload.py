@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chatq.settings import Settings, get_settings
+from chatq.settings import Settings
 from worker.errors import InvalidTurn
 from worker.storable import BIGINT_MAX, json_problem, unstorable_char
 
@@ -85,9 +85,8 @@ def parse_uuid(value: object, field: str) -> uuid.UUID:
         raise InvalidTurn(f"{field} is not a valid UUID: {value[:60]!r}") from None
 
 
-def validate_content(content: object, settings: Settings | None = None) -> str:
+def validate_content(content: object, settings: Settings) -> str:
     """The user's text, checked for type, emptiness and size."""
-    settings = settings or get_settings()
     if not isinstance(content, str):
         raise InvalidTurn(f"content must be a string, got {type(content).__name__}")
     if not content.strip():
@@ -124,9 +123,8 @@ def validate_model(model: object) -> str | None:
     return check_text(name, "model")
 
 
-def validate_system_prompt(system_prompt: object, settings: Settings | None = None) -> str | None:
+def validate_system_prompt(system_prompt: object, settings: Settings) -> str | None:
     """A session's own instructions, or None; checked like a user message."""
-    settings = settings or get_settings()
     if system_prompt is None:
         return None
     if not isinstance(system_prompt, str):
@@ -148,9 +146,8 @@ def validate_metadata(metadata: object) -> dict[str, Any]:
     return dict(metadata)
 
 
-def validate_images(images: object, settings: Settings | None = None) -> tuple[str, ...] | None:
+def validate_images(images: object, settings: Settings) -> tuple[str, ...] | None:
     """Attached images, checked for count, form and decoded size."""
-    settings = settings or get_settings()
     if images is None:
         return None
     if not isinstance(images, Sequence) or isinstance(images, str | bytes):
@@ -192,14 +189,12 @@ def validate_reply_to(reply_to: object) -> int | None:
     return reply_to
 
 
-def parse_turn_request(
-    kwargs: Mapping[str, Any], *, task_id: str | None = None, settings: Settings | None = None
-) -> TurnRequest:
+def parse_turn_request(kwargs: Mapping[str, Any], *, settings: Settings, task_id: str | None = None) -> TurnRequest:
     """Validate a task message's keyword arguments; raises InvalidTurn with one clear line.
 
     The task id is the turn id by contract, so a message without `turn_id` (a plain Celery client's
     ordinary call, such as celery-node's `applyAsync([], {session_id, content})`) uses the task id;
-    when both are given they must be equal.
+    when both are given they must be equal. `settings` (the runtime's) bound the content and images.
     """
     if not isinstance(kwargs, Mapping):
         raise InvalidTurn(f"the task's keyword arguments must be an object, got {type(kwargs).__name__}")

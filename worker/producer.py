@@ -11,16 +11,16 @@ import enum
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from redis import RedisError
 from sqlalchemy import select, update
 
 from chatq.settings import get_settings, mask_secrets
 from handlers import framework_names
-from models.db import autocommit_scope, session_scope
+from models.db import autocommit_scope, get_engine, session_scope
 from models.knowledge import attach_knowledge_bases
 from models.tables import ChatMessage, ChatSession, Turn, TurnStatus
 from worker.deletion import DeletedSessionReport
@@ -84,14 +84,22 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _schema_checked(function: Callable[P, R]) -> Callable[P, R]:
+    """`function` raising SchemaMissing, naming this process's database, on a database nobody migrated."""
+    return explains_missing_schema(function, where=lambda: get_settings().database_url_masked)
+
+
 # The API's calls that live in other modules, each raising SchemaMissing (one line: run `chatq db
 # upgrade`) on a database nobody migrated, as the calls defined here do (worker.schema).
-get_session = explains_missing_schema(_get_session)
-list_sessions = explains_missing_schema(_list_sessions)
-list_turns = explains_missing_schema(_list_turns)
-update_session = explains_missing_schema(_update_session)
-delete_session = explains_missing_schema(_delete_session)
-wait_for_turn = explains_missing_schema(_wait_for_turn)
+get_session = _schema_checked(_get_session)
+list_sessions = _schema_checked(_list_sessions)
+list_turns = _schema_checked(_list_turns)
+delete_session = _schema_checked(_delete_session)
+wait_for_turn = _schema_checked(_wait_for_turn)
 
 
 class IfBusy(enum.StrEnum):
@@ -123,7 +131,7 @@ class SubmittedTurn:
     """Turns cancelled to make way for this one (IfBusy.INTERRUPT)."""
 
 
-@explains_missing_schema
+@_schema_checked
 def create_session(
     *,
     framework: str = "langgraph",
@@ -176,7 +184,7 @@ def create_session(
     return new_id
 
 
-@explains_missing_schema
+@_schema_checked
 def submit_turn(
     session_id: uuid.UUID | str,
     content: str,
@@ -228,9 +236,12 @@ def submit_turn(
         return _resubmission(request)
     for other_id in cancelled:
         _announce_cancel(other_id)
-    events = TurnEvents(session_id=request.session_id, turn_id=request.turn_id)
+    client = get_redis()
+    events = TurnEvents(
+        session_id=request.session_id, turn_id=request.turn_id, client=client, retention=settings.event_retention
+    )
     events.publish(EventType.QUEUED, 0, position=position)
-    sent = send_turn(request.to_message(), queue=queue)
+    sent = send_turn(request.to_message(), queue=queue, client=client)
     log.info("turn %s session %s: queued at position %d on %s", request.turn_id, request.session_id, position, queue)
     return SubmittedTurn(
         turn_id=request.turn_id,
@@ -289,9 +300,12 @@ def _announce_cancel(turn_id: uuid.UUID) -> None:
         if row is None or row.status is not TurnStatus.CANCELLED:
             return
         session_id = row.session_id
-    TurnEvents.resume(session_id=session_id, turn_id=turn_id).publish(EventType.CANCELLED, 0)
+    retention = get_settings().event_retention
+    TurnEvents.resume(session_id=session_id, turn_id=turn_id, client=get_redis(), retention=retention).publish(
+        EventType.CANCELLED, 0
+    )
     try:
-        schedule_delivery(turn_id)
+        schedule_delivery(turn_id, engine=get_engine())
     except Exception as exc:  # the cancel stands; only its webhook is lost
         log.warning("turn %s: could not queue its webhook delivery: %s", turn_id, mask_secrets(str(exc)))
 
@@ -308,7 +322,7 @@ class Cancellation:
     """True: the turn had been cancelled (or asked to stop) before this call, which changed nothing."""
 
 
-@explains_missing_schema
+@_schema_checked
 def cancel_turn(turn_id: uuid.UUID | str, *, tenant: str | None = None) -> Cancellation:
     """Cancel a queued or running turn; says whether this call cancelled it or it already was.
 
@@ -335,6 +349,30 @@ def cancel_turn(turn_id: uuid.UUID | str, *, tenant: str | None = None) -> Cance
         status, session_id = claims.request_cancel(db, [turn_uuid])[turn_uuid], row.session_id
     if status is TurnStatus.CANCELLED:
         _announce_cancel(turn_uuid)
-        kick_next(session_id)
+        kick_next(session_id, engine=get_engine(), client=get_redis())
     log.info("turn %s: cancel requested (%s)", turn_uuid, status.value)
     return Cancellation(turn_id=turn_uuid, status=status, already=False)
+
+
+@_schema_checked
+def update_session(
+    session_id: uuid.UUID | str,
+    *,
+    system_prompt: str | Keep | None = KEEP,
+    model: str | Keep | None = KEEP,
+    metadata: Mapping[str, Any] | Keep | None = KEEP,
+    knowledge_bases: Sequence[str] | Keep = KEEP,
+    webhook: str | Keep | None = KEEP,
+    tenant: str | None = None,
+) -> dict[str, Any]:
+    """Change what is given and return the session as `get_session` does (`worker.sessions.update_session`)."""
+    return _update_session(
+        session_id,
+        system_prompt=system_prompt,
+        model=model,
+        metadata=metadata,
+        knowledge_bases=knowledge_bases,
+        webhook=webhook,
+        tenant=tenant,
+        settings=get_settings(),
+    )

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
-from chatq.settings import get_settings
 from worker.errors import SchemaMissing
+
+if TYPE_CHECKING:
+    from chatq.settings import Settings
 
 UNDEFINED_TABLE = "42P01"
 """Postgres's SQLSTATE for a missing table (psycopg's `errors.UndefinedTable`)."""
@@ -44,19 +46,17 @@ def is_undefined_table(exc: BaseException) -> bool:
     return False
 
 
-def schema_missing(database_url_masked: str | None = None) -> SchemaMissing:
-    """The error to show for a database without chatq's tables."""
-    where = database_url_masked or get_settings().database_url_masked
-    return SchemaMissing(f"the database at {where} has no chatq tables yet: run `chatq db upgrade`")
+def schema_missing(database_url_masked: str) -> SchemaMissing:
+    """The error to show for the database at `database_url_masked` without chatq's tables."""
+    return SchemaMissing(f"the database at {database_url_masked} has no chatq tables yet: run `chatq db upgrade`")
 
 
-def require_schema() -> None:
+def require_schema(settings: Settings) -> None:
     """Raise SchemaMissing if Postgres answers and has no chatq tables.
 
     A Postgres that does not answer (or any other error) is not this check's business: workers
     and the gateway start anyway and reconnect once it is back, as they always have.
     """
-    settings = get_settings()
     engine = create_engine(settings.database_url, poolclass=NullPool, connect_args={"connect_timeout": CONNECT_TIMEOUT})
     try:
         with engine.connect() as conn:
@@ -69,9 +69,10 @@ def require_schema() -> None:
         engine.dispose()
 
 
-def explains_missing_schema(function: Callable[P, R]) -> Callable[P, R]:
+def explains_missing_schema(function: Callable[P, R], *, where: Callable[[], str]) -> Callable[P, R]:
     """`function`, raising SchemaMissing (one line: run `chatq db upgrade`) where it would raise the
-    database's missing-table error; every other error passes unchanged."""
+    database's missing-table error; every other error passes unchanged. `where` names the database
+    (its masked URL), asked only when the error happens."""
 
     @functools.wraps(function)
     def call(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -80,7 +81,7 @@ def explains_missing_schema(function: Callable[P, R]) -> Callable[P, R]:
         except Exception as exc:
             if is_undefined_table(exc):
                 # `from None`: the user reads one line, not SQLAlchemy's traceback (still in __context__).
-                raise schema_missing() from None
+                raise schema_missing(where()) from None
             raise
 
     return call

@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import delete
 
-from chatq.settings import get_settings
+from chatq.settings import Settings
 from models.db import session_scope
 from models.knowledge import attach_knowledge_bases
 from models.tables import SessionKnowledgeBase
@@ -51,6 +51,7 @@ def update_session(
     knowledge_bases: Sequence[str] | Keep = KEEP,
     webhook: str | Keep | None = KEEP,
     tenant: str | None = None,
+    settings: Settings,
 ) -> dict[str, Any]:
     """Change what is given and return the session as `get_session` does.
 
@@ -59,10 +60,10 @@ def update_session(
     `knowledge_bases` (names) replaces the attached set; `webhook` (an http(s) URL, checked as
     `create_session` checks it) is where its turns are POSTed from now on, None: nowhere.
     SessionNotFound as for `get_session`, KnowledgeBaseNotFound for an unknown name, WebhookRefused
-    (then nothing changes).
+    (then nothing changes). `settings` bound the system prompt and the webhook's address (the
+    producer's `update_session` reads them).
     """
     session_uuid = parse_uuid(str(session_id), "session_id")
-    settings = get_settings()
     changes: dict[str, Any] = {}
     if not isinstance(system_prompt, Keep):
         changes["system_prompt"] = validate_system_prompt(system_prompt, settings)

@@ -8,6 +8,8 @@ nothing); the Celery app includes it beside its task modules, so every worker pr
 
 from __future__ import annotations
 
+from models.db import get_engine
+from worker.events import get_redis
 from worker.ops.logs import LogHooks
 from worker.ops.metrics import MetricsHooks
 from worker.runtime.observers import observers
@@ -24,7 +26,7 @@ def default_hooks() -> list[TurnHooks]:
 
     A new observer is one more `TurnHooks` subclass appended here.
     """
-    return [MetricsHooks(), LogHooks(), WebhookHooks(), ForgetDeletedTurns()]
+    return [MetricsHooks(), LogHooks(), WebhookHooks(get_engine), ForgetDeletedTurns(get_engine, get_redis)]
 
 
 def get_hooks() -> HookRegistry:

@@ -1,4 +1,8 @@
-"""Alembic environment: migrates the database of `DATABASE_URL` (or the URL the caller passes)."""
+"""Alembic environment: migrates the database of `DATABASE_URL` (or the URL the caller passes).
+
+The edge of `alembic` run from a shell: what `models.migrate` did not hand in through the config's
+attributes (the database, the default model a downgrade past 0005 writes) comes from the settings.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +16,16 @@ config = context.config
 target_metadata = Base.metadata
 
 
+_WANTED = ("database_url", "default_model")
+if not all(config.attributes.get(name) for name in _WANTED):
+    _settings = get_settings()
+    for _name in _WANTED:
+        config.attributes[_name] = config.attributes.get(_name) or getattr(_settings, _name)
+
+
 def _url() -> str:
-    return config.attributes.get("database_url") or get_settings().database_url
+    url: str = config.attributes["database_url"]
+    return url
 
 
 def run_migrations_offline() -> None:

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import text, update
 from sqlalchemy.exc import OperationalError
 
-from models.db import session_scope
+from models.db import get_engine, session_scope
 from models.tables import Turn, TurnStatus
 from tests.faults.helpers import (
     STUB_MODEL,
@@ -22,6 +22,7 @@ from tests.faults.helpers import (
     wait_finished,
     wait_status,
 )
+from tests.support.inprocess import build_runtime
 from tests.support.openai_stub import OpenAIStub
 from tests.support.turns import replay_events
 from worker.payload import TurnRequest
@@ -92,13 +93,15 @@ def test_postgres_down_while_the_handler_reads_history_is_not_charged_to_the_age
 
     session_id = create_session(framework="langgraph", model=STUB_MODEL)
     request = TurnRequest(turn_id=uuid.uuid4(), session_id=session_id, content="hello [words: 3]")
-    assert ensure_turn(request, queue="chatq")
+    assert ensure_turn(request, queue="chatq", engine=get_engine())
 
     outcomes: list[str] = []
 
     def deliver() -> None:
         try:
-            outcomes.append(execute_turn(request, queue="chatq", worker="fault-test@local").outcome.value)
+            outcomes.append(
+                execute_turn(request, queue="chatq", worker="fault-test@local", runtime=build_runtime()).outcome.value
+            )
         except INFRASTRUCTURE_ERRORS as exc:
             outcomes.append(f"infrastructure error ({type(exc).__name__})")
         # Whatever this delivery left running, its lease runs out before the next one (as after a retry).

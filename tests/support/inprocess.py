@@ -30,16 +30,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 import redis
+from sqlalchemy import Engine
 
-from chatq.settings import get_settings
+from chatq.settings import Settings, get_settings
+from models.db import get_engine
 from tests.support.env import environ
 from worker.errors import InvalidTurn
+from worker.events import get_redis
 from worker.markers import mark_taken
 from worker.payload import BATCH_QUEUE, GUARDED_QUEUES, INTERACTIVE_QUEUE, TASK_NAME, parse_turn_request, parse_uuid
 from worker.runtime.delivery.process import Runtime
 from worker.runtime.delivery.runner import Outcome, Result, execute_turn, reject, retry_after_outage
 from worker.runtime.intake import intake
-from worker.runtime.policy.retry import RetryPolicy, retry_policy
+from worker.runtime.policy.retry import RetryPolicy
 from worker.runtime.recovery.leases import LeaseKeeper
 from worker.storable import OUTAGE_ERRORS
 from worker.wiring import get_hooks
@@ -56,27 +59,35 @@ IN_PROCESS_ENV = {
     "CHATQ_WORKER_SWEEP": "off",
 }
 
-_keepers: dict[float, LeaseKeeper] = {}
+_keepers: dict[tuple[Engine, float], LeaseKeeper] = {}
 _keepers_lock = threading.Lock()
 
 
-def _lease_keeper(lease_seconds: float) -> LeaseKeeper:
-    """One keeper (one renewal thread) per lease length for the whole test run, as a process has one."""
+def _lease_keeper(settings: Settings, engine: Engine) -> LeaseKeeper:
+    """One keeper (one renewal thread) per engine and lease length for the whole test run, as a
+    process has one; apart from the process's own (`get_lease_keeper`), as before."""
     with _keepers_lock:
-        keeper = _keepers.get(lease_seconds)
-        if keeper is None or keeper.lease_seconds != lease_seconds:
-            keeper = _keepers[lease_seconds] = LeaseKeeper()
+        key = (engine, settings.lease_seconds)
+        keeper = _keepers.get(key)
+        if keeper is None:
+            keeper = _keepers[key] = LeaseKeeper(
+                engine=engine, lease_seconds=settings.lease_seconds, interval=settings.renewal_interval
+            )
         return keeper
 
 
 def build_runtime() -> Runtime:
-    """A `Runtime` from the test's current settings: its lease length, retry policy and the default hooks."""
+    """A `Runtime` from the test's current settings (its lease length, retry policy), the default
+    hooks, and the test's engine and Redis client (this harness is an edge, as a worker's task entry is)."""
     settings = get_settings()
+    engine = get_engine()
     return Runtime(
         settings=settings,
         hooks=get_hooks(),
-        leases=_lease_keeper(settings.lease_seconds),
+        leases=_lease_keeper(settings, engine),
         retry=RetryPolicy.from_settings(settings),
+        engine=engine,
+        redis=get_redis(),
     )
 
 
@@ -250,7 +261,8 @@ class InProcessWorker:
             retries=int(headers.get("retries") or 0),
         )
         if delivery.task == TASK_NAME:
-            mark_taken(delivery.task_id)  # as the worker's task_received handler (worker.ops.signals)
+            # As the worker's task_received handler (worker.ops.signals).
+            mark_taken(self._runtime.redis if self._runtime else get_redis(), delivery.task_id)
         eta = headers.get("eta")
         if eta:
             delay = (datetime.fromisoformat(eta) - datetime.now(UTC)).total_seconds()
@@ -262,7 +274,7 @@ class InProcessWorker:
         return delivery
 
     def _limit(self) -> int:
-        return intake.max_item_bytes(get_settings())
+        return intake.max_item_bytes(self._runtime.settings if self._runtime else get_settings())
 
     def _schedule(self, delivery: Delivery, delay: float, *, retried: bool = True) -> None:
         """Run the delivery again after `delay` seconds, as Celery's `self.retry(countdown=...)` would."""
@@ -285,7 +297,7 @@ class InProcessWorker:
         try:
             if delivery.args:
                 raise InvalidTurn("chatq.run_turn takes keyword arguments only")
-            request = parse_turn_request(delivery.kwargs, task_id=delivery.task_id)
+            request = parse_turn_request(delivery.kwargs, task_id=delivery.task_id, settings=runtime.settings)
         except InvalidTurn as exc:
             reject(*_ids(delivery), exc.message, runtime=runtime)
             return
@@ -308,10 +320,12 @@ class InProcessWorker:
         if delivery.args or set(delivery.kwargs) != {"delivery_id"}:
             raise InvalidTurn("chatq.deliver_webhook takes one keyword argument, delivery_id")
         delivery_id = parse_uuid(str(delivery.kwargs["delivery_id"]), "delivery_id")
+        runtime = self._runtime
+        assert runtime is not None
         try:
-            result = deliver(delivery_id)
+            result = deliver(delivery_id, runtime=runtime)
         except OUTAGE_ERRORS:
-            self._schedule(delivery, retry_policy().after_outage(delivery.retries).delay)
+            self._schedule(delivery, runtime.retry.after_outage(delivery.retries).delay)
             return
         if result.outcome in (DeliveryOutcome.RETRY, DeliveryOutcome.BUSY):
             self._schedule(delivery, result.retry_after or 0.0)

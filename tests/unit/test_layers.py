@@ -272,3 +272,78 @@ def test_handlers_import_neither_sqlalchemy_nor_models_db() -> None:
     # The check sees each form of import, lazy ones too.
     probe = "import sqlalchemy.orm\ndef f():\n    from models import db\n    from models.db import session_scope\n"
     assert set(_database_imports(ast.parse(probe))) == {"sqlalchemy.orm", "models.db", "models.db.session_scope"}
+
+
+# Settings and connections come in at the edges and are handed down (issue 27): `get_settings()` is
+# called by the modules below only, `current_runtime()` by the worker's entry points only, and the
+# store and the runtime take the engine and the Redis client they use as arguments.
+SETTINGS_EDGES = {
+    "models/db.py",  # the process's default engine (`get_engine()`)
+    "worker/events.py",  # the process's default Redis client (`get_redis()`)
+    "models/migrations/env.py",  # alembic's entry
+    "worker/runtime/delivery/process.py",  # the worker's runtime (`current_runtime()`)
+    "worker/cli/commands.py",  # the CLI's entry
+    "worker/gateway/server.py",  # `chatq serve`: the gateway's entry
+    "worker/producer.py",  # the producer's public functions
+}
+# (And celeryconfig.py, beside the packages: a Celery process's configuration, which hands the values
+# its signal handlers and broker transport need down through the app's conf.)
+# Still reading settings themselves: each one that hands them in instead comes off this list (the
+# test fails on a stale entry), and no module joins it.
+SETTINGS_NOT_YET = {
+    "handlers/__init__.py",
+    "handlers/accounting.py",
+    "handlers/chat_models/models.py",
+    "handlers/history.py",
+    "handlers/images.py",
+    "handlers/plain_openai/handler.py",
+    "handlers/tools.py",
+    "handlers/turn_input.py",
+}
+RUNTIME_EDGES = {
+    "worker/runtime/intake/tasks.py",  # the Celery task bodies
+    "worker/runtime/intake/deadletter.py",  # the broker transport's refusals (Celery's consumer)
+    "worker/runtime/recovery/sweep_timer.py",  # the worker_ready signal that starts the sweeps
+}
+# Where the runtime's connections are used, never fetched: no get_engine()/get_redis() and no scope
+# without the engine it runs on (the lease keeper renews on the engine it was built with).
+CONNECTION_TAKERS = ("worker/store/", "worker/runtime/", "worker/events.py", "worker/markers.py", "worker/dispatch.py")
+CONNECTION_EDGES = {"worker/runtime/delivery/process.py", "worker/events.py"}
+SCOPES = {"session_scope", "connection_scope", "autocommit_scope"}
+
+
+def _called(tree: ast.AST) -> Iterator[tuple[str, ast.Call]]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            yield name, node
+
+
+def _callers(*names: str, bare_only: bool = False) -> set[str]:
+    found = set()
+    for package in ("chatq", "models", "handlers", "worker"):
+        for path in (ROOT / package).rglob("*.py"):
+            for name, node in _called(ast.parse(path.read_text(), filename=str(path))):
+                if name in names and not (bare_only and (node.args or node.keywords)):
+                    found.add(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_only_the_edges_read_the_settings() -> None:
+    callers = _callers("get_settings")
+    assert callers - SETTINGS_EDGES - SETTINGS_NOT_YET == set(), "read settings at an edge and hand them down"
+    assert (SETTINGS_EDGES | SETTINGS_NOT_YET) - callers == set(), "a module stopped reading settings: drop it"
+
+
+def test_only_the_entry_points_fetch_the_runtime() -> None:
+    assert _callers("current_runtime") == RUNTIME_EDGES
+
+
+def test_the_store_and_the_runtime_take_their_connections() -> None:
+    fetched = _callers("get_engine", "get_redis", "get_sessionmaker") | _callers(*SCOPES, bare_only=True)
+    assert {path for path in fetched if path.startswith(CONNECTION_TAKERS)} - CONNECTION_EDGES == set()
+    # The check sees a scope called without its engine, and lets one with it pass.
+    probe = ast.parse("with session_scope() as db: pass\nwith connection_scope(engine) as db: pass\n")
+    bare = [name for name, node in _called(probe) if name in SCOPES and not (node.args or node.keywords)]
+    assert bare == ["session_scope"]

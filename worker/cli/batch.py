@@ -18,13 +18,14 @@ from typing import Any, cast
 from sqlalchemy import Table, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from chatq.settings import Settings, get_settings
+from chatq.settings import Settings
 from handlers import framework_names
 from models.db import connection_scope, session_scope
 from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
 from worker.cli.batch_resume import Comparison, Found, append_turns, compare, load_stored
 from worker.dispatch import send_turns
 from worker.errors import InvalidTurn
+from worker.events import get_redis
 from worker.markers import in_queue
 from worker.payload import BATCH_QUEUE, task_message, validate_content
 from worker.store import claims
@@ -121,9 +122,8 @@ def parse_line(line_no: int, text: str, settings: Settings) -> Conversation:
     )
 
 
-def parse_batch(lines: Iterable[str], settings: Settings | None = None) -> tuple[list[Conversation], list[LineError]]:
-    """Every valid conversation and every bad line (blank lines are skipped)."""
-    settings = settings or get_settings()
+def parse_batch(lines: Iterable[str], settings: Settings) -> tuple[list[Conversation], list[LineError]]:
+    """Every valid conversation and every bad line (blank lines are skipped), bounded by `settings`."""
     conversations: list[Conversation] = []
     errors: list[LineError] = []
     seen: dict[str, int] = {}
@@ -218,8 +218,8 @@ def submit_batch(batch_id: str, conversations: Sequence[Conversation], *, chunk:
     for start in range(0, len(session_ids), chunk):
         heads = _runnable_heads(session_ids[start : start + chunk])
         # On a resumed run, a head whose message still waits in Redis needs no second one.
-        waiting = {str(t) for t in in_queue([uuid.UUID(m["turn_id"]) for m in heads])}
-        sent += send_turns([m for m in heads if m["turn_id"] not in waiting], queue=BATCH_QUEUE)
+        waiting = {str(t) for t in in_queue(get_redis(), [uuid.UUID(m["turn_id"]) for m in heads])}
+        sent += send_turns([m for m in heads if m["turn_id"] not in waiting], queue=BATCH_QUEUE, client=get_redis())
     return Submission(
         conversations=len(conversations),
         turns=sum(len(c.turns) for c in conversations),

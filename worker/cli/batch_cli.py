@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         raise ChatqError(f"batch file not found: {args.file}")
     with path.open(encoding="utf-8", errors="strict") as handle:
         try:
-            conversations, errors = b.parse_batch(handle)
+            conversations, errors = b.parse_batch(handle, args.settings)
         except UnicodeDecodeError as exc:
             raise ChatqError(f"{args.file} is not UTF-8 text ({exc.reason})") from None
     for error in errors:
@@ -200,9 +200,10 @@ _HELD = {
 def provider_note(now: float) -> str:
     """`  held back by the provider (...)` while the model service or its shared limits hold turns back."""
     try:
+        from worker.events import get_redis
         from worker.runtime.policy.limits import held_back
 
-        held = held_back(now)
+        held = held_back(get_redis(), now)
     except Exception:  # the bar goes on without the note
         return ""
     if not held:

@@ -3,6 +3,10 @@
 Errors are one clear line on stderr and a non-zero exit code, never a traceback. Producer
 commands import no agent framework, so `chatq submit` returns its turn id quickly. Variables not
 set in the environment are read from `.env` and `.local/services.env` (chatq/envfile.py).
+
+This module is the CLI's edge: `main` reads the settings once and hands them to the subcommand
+functions as `args.settings`; the modules behind it (the subcommands, migrations, schema check)
+take what they need as arguments.
 """
 
 from __future__ import annotations
@@ -18,9 +22,12 @@ import tempfile
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from worker.errors import ChatqError, CliError
+
+if TYPE_CHECKING:
+    from chatq.settings import Settings
 
 COMMAND_MODULES: tuple[str, ...] = (
     "worker.cli.batch_cli",
@@ -53,11 +60,11 @@ def _image_ref(value: str) -> str:
 
 
 def cmd_db(args: argparse.Namespace) -> int:
-    from chatq.settings import get_settings
     from models.migrate import upgrade
 
-    upgrade()
-    print(f"database is up to date ({get_settings().database_url_masked})")
+    settings: Settings = args.settings
+    upgrade(settings.database_url, default_model=settings.default_model)
+    print(f"database is up to date ({settings.database_url_masked})")
     return EXIT_OK
 
 
@@ -74,7 +81,7 @@ def cmd_session_create(args: argparse.Namespace) -> int:
         webhook=args.webhook,
     )
     # Only a warning: the worker, not this terminal, runs the turns and may well have the key.
-    warn_model(args.model)
+    warn_model(args.model, args.settings)
     if args.json:
         _print_json({"session_id": str(session_id)})
     else:
@@ -270,7 +277,7 @@ def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
     settings = get_settings()
     asks_help = bool({"-h", "--help"} & set(extra))
     if not asks_help:
-        require_schema()  # an unmigrated database: say `chatq db upgrade` now, not in every turn's error
+        require_schema(settings)  # an unmigrated database: say `chatq db upgrade` now, not in every turn's error
         # A plugin that cannot be imported fails every Celery process at start (a restart loop of
         # tracebacks under the supervisor): one line and exit 1 here instead.
         load_plugins()
@@ -295,7 +302,7 @@ def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
         _exec_celery(defaults + extra)
     # One interpreter per core (worker/cli/supervisor.py), each with a node name no other service
     # on this host uses, all serving their metrics on one endpoint.
-    return run_service(defaults + extra, count, command=_celery_command)
+    return run_service(defaults + extra, count, command=_celery_command, settings=settings)
 
 
 def cmd_beat(args: argparse.Namespace, extra: list[str]) -> int:
@@ -398,8 +405,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_flower(args: argparse.Namespace, extra: list[str]) -> int:
+    from chatq.settings import get_settings
     from worker.ops.flower import cmd_flower as run
 
+    get_settings()  # a bad environment fails here, in one line, not inside Flower's Celery
     return run(args, extra)
 
 
@@ -422,9 +431,10 @@ def _explain(exc: BaseException) -> str:
         from chatq.settings import get_settings
         from worker.schema import is_undefined_table, schema_missing
 
+        where = get_settings().database_url_masked
         if is_undefined_table(exc):
-            return schema_missing().message
-        return f"cannot use Postgres at {get_settings().database_url_masked}: {mask_secrets(text)}"
+            return schema_missing(where).message
+        return f"cannot use Postgres at {where}: {mask_secrets(text)}"
     if module.startswith(("redis", "kombu")):
         from chatq.settings import get_settings
 
@@ -451,6 +461,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_FAILED
     args = build_parser().parse_args(arguments)
     try:
+        from chatq.settings import get_settings
+
+        args.settings = get_settings()  # read once, here; each subcommand takes them from `args`
         result: int = args.func(args)
         return result
     except KeyboardInterrupt:

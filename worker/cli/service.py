@@ -12,16 +12,17 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from chatq.settings import get_settings
+from chatq.settings import Settings
 from worker.cli.node_names import claim_node_names
 from worker.cli.supervisor import Supervisor, child_arguments
 from worker.ops.service_metrics import ServiceMetrics
 
 
-def run_service(arguments: Sequence[str], count: int, *, command: Callable[[list[str]], list[str]]) -> int:
+def run_service(
+    arguments: Sequence[str], count: int, *, command: Callable[[list[str]], list[str]], settings: Settings
+) -> int:
     """Run `count` Celery workers given `arguments` (`command` makes each one's command line) as one
-    service; returns its exit status."""
-    settings = get_settings()
+    service, by the CLI's `settings`; returns its exit status."""
     nodes = claim_node_names(arguments, count)
     if nodes.taken:
         sys.stderr.write(
@@ -32,7 +33,7 @@ def run_service(arguments: Sequence[str], count: int, *, command: Callable[[list
     metrics = None
     try:
         if settings.metrics_port is not None:
-            _log_to_stderr()
+            _log_to_stderr(settings)
             metrics = ServiceMetrics.start(port=settings.metrics_port, addr=settings.metrics_addr)
         return Supervisor(
             commands=commands,
@@ -45,11 +46,11 @@ def run_service(arguments: Sequence[str], count: int, *, command: Callable[[list
         nodes.release()
 
 
-def _log_to_stderr() -> None:
+def _log_to_stderr(settings: Settings) -> None:
     """The supervisor's own log lines (its metrics endpoint's), formatted as its workers' are."""
     from worker.ops.logs import configure_handlers
 
     root = logging.getLogger()
     root.addHandler(logging.StreamHandler())
     root.setLevel(logging.INFO)
-    configure_handlers(root)
+    configure_handlers(root, log_format=settings.log_format)

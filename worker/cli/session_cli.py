@@ -18,7 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from chatq.settings import Settings
 
 DEFAULT_LIMIT = 20
 
@@ -115,11 +118,10 @@ def metadata_pairs(pairs: list[str]) -> dict[str, str]:
     return wanted
 
 
-def warn_model(model: str | None) -> None:
-    """Warn when `model` needs a key this terminal lacks: only a warning, the worker runs the turns."""
-    from chatq.settings import get_settings
-
-    if model and get_settings().model_unavailable(model):
+def warn_model(model: str | None, settings: Settings) -> None:
+    """Warn when `model` needs a key this terminal lacks (`settings`, the CLI's): only a warning, the
+    worker runs the turns."""
+    if model and settings.model_unavailable(model):
         print(
             f"chatq: warning: model {model.strip()!r} needs OPENAI_API_KEY or OPENAI_BASE_URL, and this "
             "terminal sets neither. The session was stored; its turns run in a worker, so the worker's "
@@ -182,7 +184,7 @@ def cmd_update(args: argparse.Namespace) -> int:
         )
     session = update_session(args.session, **changes)
     if isinstance(changes["model"], str):
-        warn_model(changes["model"])
+        warn_model(changes["model"], args.settings)
     if args.json:
         _print_json(session)
     else:

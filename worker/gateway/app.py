@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from chatq.settings import get_settings, mask_secrets
+from chatq.settings import Settings, mask_secrets
 from models.errors import KnowledgeBaseNotFound
 from worker.errors import (
     ChatqError,
@@ -38,7 +38,7 @@ from worker.gateway.config import GatewaySettings
 from worker.gateway.routes import ROUTES
 from worker.gateway.sessions_api import DEFAULT_FRAMEWORK
 from worker.gateway.site import framework_options
-from worker.gateway.state import Gateway, json_error
+from worker.gateway.state import Gateway, gateway_of, json_error
 from worker.storable import is_outage, refusal_message
 
 __all__ = ["DEFAULT_FRAMEWORK", "LoopbackHostGuard", "create_app", "framework_options"]
@@ -70,7 +70,7 @@ async def _chatq_error(request: Request, exc: Exception) -> Response:
 
 
 async def _service_error(request: Request, exc: Exception) -> Response:
-    settings = get_settings()
+    settings = gateway_of(request).chatq
     if isinstance(exc, RedisError):
         where = f"Redis at {settings.redis_url_masked}"
     else:
@@ -111,9 +111,9 @@ class LoopbackHostGuard:
         await self.app(scope, receive, send)
 
 
-def create_app(settings: GatewaySettings) -> Starlette:
-    """The gateway app for these settings."""
-    gateway = Gateway(settings)
+def create_app(settings: GatewaySettings, *, chatq: Settings) -> Starlette:
+    """The gateway app for these settings, over chatq's (`chatq`, read by the caller)."""
+    gateway = Gateway(settings, chatq)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

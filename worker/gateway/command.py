@@ -58,7 +58,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from worker.schema import require_schema
 
     refuse_placeholder_token()
-    require_schema()
+    require_schema(args.settings)
     return serve(
         host=args.host,
         port=args.port,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from chatq.settings import Settings, TenantToken, get_settings, load_gateway_variables
+from chatq.settings import Settings, TenantToken, load_gateway_variables
 
 TOKEN_ENV = "CHATQ_API_TOKEN"
 MAX_BODY_ENV = "CHATQ_API_MAX_BODY_BYTES"
@@ -55,11 +55,10 @@ class GatewaySettings:
 
 
 def load_gateway_settings(
-    env: Mapping[str, str] | None = None, *, unauthenticated: bool = False, settings: Settings | None = None
+    env: Mapping[str, str] | None = None, *, settings: Settings, unauthenticated: bool = False
 ) -> GatewaySettings:
     """The gateway's variables (from `env`, the process environment by default) over `settings`;
     ConfigError (one line) for a bad value or a missing token."""
-    settings = settings or get_settings()
     variables = load_gateway_variables(env, token_required=not unauthenticated)
     max_body = variables.api_max_body_bytes
     return GatewaySettings(

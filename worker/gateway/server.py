@@ -98,9 +98,9 @@ def serve(
         )
     if not 0 < port < 65536:
         raise ConfigError(f"--port must be between 1 and 65535, got {port}")
-    get_settings()
-    settings = load_gateway_settings(unauthenticated=unauthenticated)
-    app = create_app(settings)
+    chatq = get_settings()  # the gateway's edge: read once, handed down
+    settings = load_gateway_settings(unauthenticated=unauthenticated, settings=chatq)
+    app = create_app(settings, chatq=chatq)
     config = uvicorn.Config(
         app,
         host=host,

@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from chatq.settings import get_settings, mask_secrets
+from chatq.settings import Settings, mask_secrets
 from worker.gateway.auth import ADMIN, QUERY_TOKEN, bearer_token, match_token
 from worker.gateway.config import GatewaySettings
 
@@ -52,8 +52,10 @@ READINESS_TIMEOUT = 2.0
 class Gateway:
     """What the endpoints share: settings, the async Redis client, the page."""
 
-    def __init__(self, settings: GatewaySettings) -> None:
+    def __init__(self, settings: GatewaySettings, chatq: Settings) -> None:
         self.settings = settings
+        self.chatq = chatq
+        """chatq's settings, read once by the edge that serves the app (`worker.gateway.server`)."""
         self._redis: aioredis.Redis | None = None
         self._probe_threads: anyio.CapacityLimiter | None = None
         self.page, self.page_csp = load_page()
@@ -69,7 +71,7 @@ class Gateway:
         """The app's async Redis client (created on first use; blocking reads stay under its socket timeout)."""
         if self._redis is None:
             self._redis = aioredis.Redis.from_url(
-                get_settings().redis_url,
+                self.chatq.redis_url,
                 decode_responses=True,
                 socket_connect_timeout=2,
                 socket_timeout=self.settings.heartbeat + 10,

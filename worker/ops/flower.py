@@ -153,10 +153,11 @@ def _check_unauthenticated_allowed(unauthenticated: bool, args: Sequence[str], e
 
 
 def run_flower(extra_args: list[str]) -> NoReturn:
-    """Replace this process with Flower (signals then reach it directly), or raise ConfigError."""
-    from chatq.settings import get_settings
+    """Replace this process with Flower (signals then reach it directly), or raise ConfigError.
 
-    get_settings()  # a bad environment fails here, in one line, not inside Celery
+    The settings are not read here: `chatq flower` (the CLI's edge) checks them first, and Flower's
+    Celery app reads them as every chatq process does (celeryconfig.py).
+    """
     command, env = flower_command(extra_args, os.environ)
     sys.stdout.flush()
     os.execve(sys.executable, command, env)

@@ -14,7 +14,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from chatq.settings import get_settings, mask_secrets
+from chatq.settings import mask_secrets
 from worker.log_context import current_turn
 from worker.runtime.observers import hooks
 from worker.runtime.policy.retry import RetryCause
@@ -173,19 +173,18 @@ def quiet_http_clients() -> None:
             logger.setLevel(logging.WARNING)
 
 
-def use_json(stream: Any = None) -> bool:
-    """Whether log lines should be JSON under `CHATQ_LOG_FORMAT`."""
-    choice = get_settings().log_format
-    if choice in ("json", "text"):
-        return choice == "json"
+def use_json(log_format: str, stream: Any = None) -> bool:
+    """Whether log lines should be JSON under `log_format` (`CHATQ_LOG_FORMAT`: auto, json or text)."""
+    if log_format in ("json", "text"):
+        return log_format == "json"
     stream = stream or sys.stderr
     return not (hasattr(stream, "isatty") and stream.isatty())
 
 
-def configure_handlers(logger: logging.Logger) -> None:
-    """Install chatq's filter (and the JSON formatter when wanted) on a logger's handlers."""
+def configure_handlers(logger: logging.Logger, *, log_format: str) -> None:
+    """Install chatq's filter (and the JSON formatter when `log_format` wants it) on a logger's handlers."""
     configure_filters(logger)
-    if use_json():
+    if use_json(log_format):
         for handler in logger.handlers:
             handler.setFormatter(JsonFormatter())
 

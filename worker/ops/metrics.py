@@ -194,8 +194,10 @@ class ProviderLimitsCollector(Collector):
             for name in names
         }
         try:
+            from worker.events import get_redis
+
             for scope in (self.scopes or limits.known_scopes)():
-                now = limits.state(scope)
+                now = limits.state(get_redis(), scope)
                 for name, value in zip(names, (now.rpm, now.tpm, now.max_concurrent, now.in_flight), strict=True):
                     families[name].add_metric([scope.model], float(value))
         except Exception as exc:  # a scrape must not fail because Redis blinked
@@ -212,20 +214,16 @@ _started: dict[str, Any] = {}
 _lock = threading.Lock()
 
 
-def serve_metrics(port: int | None = None, addr: str | None = None) -> int | None:
-    """Start the /metrics endpoint once per process (CHATQ_METRICS_PORT); returns the port or None.
+def serve_metrics(port: int | None, addr: str) -> int | None:
+    """Start the /metrics endpoint once per process on `port` (CHATQ_METRICS_PORT; None: no endpoint);
+    returns the port or None.
 
-    It has no authentication, so it listens on CHATQ_METRICS_ADDR, 127.0.0.1 unless set: exposing
-    it (0.0.0.0 for a Prometheus on another host or container) is the operator's explicit choice.
-    A port that cannot be bound (taken, not permitted) is logged as an error and gives None.
+    It has no authentication, so it listens on `addr` (CHATQ_METRICS_ADDR, 127.0.0.1 unless set):
+    exposing it (0.0.0.0 for a Prometheus on another host or container) is the operator's explicit
+    choice. A port that cannot be bound (taken, not permitted) is logged as an error and gives None.
     """
-    from chatq.settings import get_settings
-
-    settings = get_settings()
-    port = settings.metrics_port if port is None else port
     if port is None:
         return None
-    addr = settings.metrics_addr if addr is None else addr
     with _lock:
         if _started.get("pid") == os.getpid():
             return int(_started["port"])

@@ -1,6 +1,8 @@
 """Celery signal receivers: logging set-up, adapter preloading, metrics, heap freezing, hand-back on shutdown.
 
-Imported by `worker.app`, so they are connected before the worker sets up logging.
+Imported by `worker.app`, so they are connected before the worker sets up logging. What they need
+from the settings comes through the app's configuration (the `chatq_*` values of celeryconfig.py,
+where a Celery process reads its settings), not from a settings read of their own.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from celery import current_app
 from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
@@ -29,13 +32,13 @@ log = logging.getLogger(__name__)
 
 @after_setup_logger.connect
 def _setup_logging(logger: logging.Logger, **_: Any) -> None:
-    configure_handlers(logger)
+    configure_handlers(logger, log_format=current_app.conf.chatq_log_format)
     quiet_http_clients()
 
 
 @after_setup_task_logger.connect
 def _setup_task_logging(logger: logging.Logger, **_: Any) -> None:
-    configure_handlers(logger)
+    configure_handlers(logger, log_format=current_app.conf.chatq_log_format)
 
 
 @worker_init.connect
@@ -58,12 +61,12 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
 
 
 @celeryd_after_setup.connect
-def _serve_metrics(**_: Any) -> None:
+def _serve_metrics(conf: Any = None, **_: Any) -> None:
     """Start the metrics endpoint if CHATQ_METRICS_PORT is set: after logging is set up (not at
     worker_init), so a port that cannot be bound is an ERROR line in the worker's log."""
     from worker.ops.metrics import serve_metrics
 
-    serve_metrics()
+    serve_metrics(conf.chatq_metrics_port, conf.chatq_metrics_addr)
 
 
 @worker_ready.connect
@@ -90,8 +93,9 @@ def _hand_back_on_shutdown(sig: str | None = None, how: str | None = None, **_: 
 def _message_taken(request: Any = None, **_: Any) -> None:
     """The message left the queue: drop its sent-marker now, not when the task starts, so a worker
     that dies with messages reserved leaves them to the sweeper's grace period, not its patience."""
+    from worker.events import get_redis
     from worker.markers import mark_taken
 
     task_id = getattr(request, "id", None)
     if task_id and getattr(request, "name", None) == "chatq.run_turn":
-        mark_taken(task_id)
+        mark_taken(get_redis(), task_id)

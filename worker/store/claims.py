@@ -24,10 +24,10 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, and_, exists, func, insert, select, update
+from sqlalchemy import Connection, Engine, Table, and_, exists, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from chatq.settings import Settings, get_settings
+from chatq.settings import Settings
 from handlers.base import AgentMessage, Usage
 from models.db import autocommit_scope, connection_scope, session_scope
 from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
@@ -60,28 +60,29 @@ log = logging.getLogger(__name__)
 
 
 def claim_turn(
-    turn_id: uuid.UUID, *, worker: str, session_id: uuid.UUID | None = None, settings: Settings | None = None
+    turn_id: uuid.UUID, *, worker: str, engine: Engine, settings: Settings, session_id: uuid.UUID | None = None
 ) -> ClaimResult:
     """Take a turn for running, if it is this turn's go. See the module docstring.
 
     With `session_id` (the session a message names), a turn stored in another session is not
-    claimed: the result is CONFLICT and the turn is left as it is. `settings` (the runtime's; the
-    process's by default) give the lease length and the poison limit.
+    claimed: the result is CONFLICT and the turn is left as it is. `engine` and `settings` are the
+    runtime's; the settings give the lease length and the poison limit.
     """
-    settings = settings or get_settings()
-    return _claim(turn_id, worker=worker, session_id=session_id, settings=settings) or _claim_slow(
-        turn_id, worker=worker, expected_session=session_id, settings=settings
+    return _claim(turn_id, worker=worker, session_id=session_id, engine=engine, settings=settings) or _claim_slow(
+        turn_id, worker=worker, expected_session=session_id, engine=engine, settings=settings
     )
 
 
-def _claim(turn_id: uuid.UUID, *, worker: str, session_id: uuid.UUID | None, settings: Settings) -> ClaimResult | None:
+def _claim(
+    turn_id: uuid.UUID, *, worker: str, session_id: uuid.UUID | None, engine: Engine, settings: Settings
+) -> ClaimResult | None:
     """The claim statement, which decides: the claimed turn, or None when it took nothing."""
     token = uuid.uuid4()
     # One statement: atomic on its own, so no transaction around it. Its commit is asynchronous
     # (`synchronous_commit = off` for this statement only): a claim lost to a Postgres crash only
     # runs the turn again, since ending it needs the lost lease token, and the durable commit of
     # the reply flushes the claim with it. That is 0.3 ms off every turn's start here.
-    with autocommit_scope() as db:
+    with autocommit_scope(engine) as db:
         row = (
             db.execute(
                 sql.FAST_CLAIM,
@@ -129,7 +130,7 @@ poison or cancelled) takes two; the rest is for a race lost on the way."""
 
 
 def _claim_slow(
-    turn_id: uuid.UUID, *, worker: str, expected_session: uuid.UUID | None = None, settings: Settings | None = None
+    turn_id: uuid.UUID, *, worker: str, engine: Engine, settings: Settings, expected_session: uuid.UUID | None = None
 ) -> ClaimResult:
     """After the claim statement took nothing: one read-only query says why (`WHY_NOT_CLAIMED`).
 
@@ -139,10 +140,9 @@ def _claim_slow(
     A transition that finds the turn changed since the query is decided again; a turn still changing
     after `_ROUNDS` rounds is answered BUSY (its message comes back shortly).
     """
-    settings = settings or get_settings()
     params = {"turn_id": turn_id, "session_id": expected_session, "max_deliveries": settings.max_deliveries}
     for _ in range(_ROUNDS):
-        with autocommit_scope() as db:
+        with autocommit_scope(engine) as db:
             found = db.execute(sql.WHY_NOT_CLAIMED, params).one_or_none()
         if found is None:
             return ClaimResult(status=ClaimStatus.NOT_FOUND)
@@ -157,18 +157,18 @@ def _claim_slow(
         if why in _ANSWERS:
             return ClaimResult(status=_ANSWERS[why])
         if why is WhyNotClaimed.STOPPED:
-            with session_scope() as db:
-                take_over(db, [turn_id])
+            with session_scope(engine) as db:
+                take_over(db, [turn_id], renewal_interval=settings.renewal_interval)
         elif why is WhyNotClaimed.CANCEL_PENDING:
-            with autocommit_scope() as db:
+            with autocommit_scope(engine) as db:
                 attempts = db.execute(sql.CANCEL_AT_CLAIM, {"turn_id": turn_id}).scalar_one_or_none()
             if attempts is not None:
                 return ClaimResult(status=ClaimStatus.CANCELLED, attempt=attempts)
         elif why is WhyNotClaimed.POISON:
-            poisoned = _poison(turn_id, found, settings)
+            poisoned = _poison(turn_id, found, engine, settings)
             if poisoned is not None:
                 return poisoned
-        claimed = _claim(turn_id, worker=worker, session_id=expected_session, settings=settings)
+        claimed = _claim(turn_id, worker=worker, session_id=expected_session, engine=engine, settings=settings)
         if claimed is not None:
             return claimed
     return ClaimResult(status=ClaimStatus.BUSY)
@@ -178,11 +178,11 @@ _ANSWERS = {WhyNotClaimed.FINISHED: ClaimStatus.FINISHED, WhyNotClaimed.BLOCKED:
 """The reasons that are the claim's answer as they are."""
 
 
-def _poison(turn_id: uuid.UUID, found: Any, settings: Settings) -> ClaimResult | None:
+def _poison(turn_id: uuid.UUID, found: Any, engine: Engine, settings: Settings) -> ClaimResult | None:
     """Fail a poison turn for the crash counts `found` (a `WHY_NOT_CLAIMED` row); None if it changed."""
     reason = poison_reason(found, max_deliveries=settings.max_deliveries)
     assert reason is not None, "WHY_NOT_CLAIMED and poison_reason disagree"
-    with autocommit_scope() as db:
+    with autocommit_scope(engine) as db:
         attempts = db.execute(
             sql.POISON_AT_CLAIM,
             {
@@ -201,7 +201,7 @@ def _owned(claim: Claim) -> Any:
     return and_(Turn.id == claim.turn_id, Turn.status == TurnStatus.RUNNING, Turn.lease_token == claim.lease_token)
 
 
-def complete_turn(claim: Claim, messages: Sequence[AgentMessage], usage: Usage) -> Finished:
+def complete_turn(claim: Claim, messages: Sequence[AgentMessage], usage: Usage, *, engine: Engine) -> Finished:
     """Store the reply and usage, once; nothing is stored if the lease was lost.
 
     One statement (ending the turn, inserting its messages, finding the session's next turn), so
@@ -220,7 +220,7 @@ def complete_turn(claim: Claim, messages: Sequence[AgentMessage], usage: Usage) 
         }
         for offset, message in enumerate(messages, start=1)
     ]
-    with autocommit_scope() as db:
+    with autocommit_scope(engine) as db:
         row = (
             db.execute(
                 sql.COMPLETE,
@@ -244,9 +244,9 @@ def complete_turn(claim: Claim, messages: Sequence[AgentMessage], usage: Usage) 
     return Finished(stored=True, next_turn=None if row["id"] is None else NextTurn.from_row(row))
 
 
-def finish_turn(claim: Claim, status: TurnStatus, error: str | None = None) -> Finished:
+def finish_turn(claim: Claim, status: TurnStatus, error: str | None = None, *, engine: Engine) -> Finished:
     """End an owned turn as failed or cancelled; not stored if the lease was lost."""
-    with connection_scope() as db:
+    with connection_scope(engine) as db:
         done = db.execute(
             update(Turn)
             .where(_owned(claim))
@@ -260,16 +260,16 @@ def finish_turn(claim: Claim, status: TurnStatus, error: str | None = None) -> F
         return Finished(stored=True, next_turn=next_in(db, claim.session.id))
 
 
-def requeue_turn(claim: Claim, *, error: str | None = None, hand_back: bool = False) -> bool:
+def requeue_turn(claim: Claim, *, engine: Engine, error: str | None = None, hand_back: bool = False) -> bool:
     """Put an owned turn back in the queue; False if not owned.
 
     For a retry the failed invocation counts as an attempt. A hand-back (the worker is shutting
     down) does not: the invocation neither failed nor finished, so its attempt is given back.
     """
-    return _back_in_queue(claim, due=func.now(), give_back_attempt=hand_back, error=error)
+    return _back_in_queue(claim, engine, due=func.now(), give_back_attempt=hand_back, error=error)
 
 
-def hold_turn(claim: Claim, *, seconds: float) -> bool:
+def hold_turn(claim: Claim, *, engine: Engine, seconds: float) -> bool:
     """Put an owned turn back to wait `seconds` for the model service or a slot of its limits; False if not owned.
 
     As for a hand-back, the attempt is given back: the invocation neither failed nor finished.
@@ -277,12 +277,12 @@ def hold_turn(claim: Claim, *, seconds: float) -> bool:
     sitting out a long Retry-After for one whose message was lost.
     """
     due = func.now() + timedelta(seconds=max(seconds, 0.0))
-    return _back_in_queue(claim, due=due, give_back_attempt=True)
+    return _back_in_queue(claim, engine, due=due, give_back_attempt=True)
 
 
-def _back_in_queue(claim: Claim, *, due: Any, give_back_attempt: bool, **values: Any) -> bool:
+def _back_in_queue(claim: Claim, engine: Engine, *, due: Any, give_back_attempt: bool, **values: Any) -> bool:
     """The one statement of requeue and hold: the owned turn queued again, due at `due`."""
-    with connection_scope() as db:
+    with connection_scope(engine) as db:
         done = db.execute(
             update(Turn)
             .where(_owned(claim))
@@ -313,7 +313,7 @@ def request_cancel(db: Session | Connection, turn_ids: Sequence[uuid.UUID]) -> d
     return {row.id: TurnStatus(row.status) for row in rows}
 
 
-def record_stops(db: Session, turn_ids: Sequence[uuid.UUID]) -> None:
+def record_stops(db: Session, turn_ids: Sequence[uuid.UUID], *, renewal_interval: float) -> None:
     """Record that the workers running these turns stopped: their leases ran out unrenewed.
 
     The caller holds the turns' row locks, has seen them `running` with an expired lease and is
@@ -323,19 +323,20 @@ def record_stops(db: Session, turn_ids: Sequence[uuid.UUID]) -> None:
     side, and as much again for a slow renewal query: a live worker's leases sit about a lease
     length ahead, well outside it.
     """
-    window = 1.5 * get_settings().renewal_interval
+    window = 1.5 * renewal_interval
     db.execute(sql.RECORD_STOPS, {"turn_ids": list(turn_ids), "window": window})
 
 
-def take_over(db: Session, turn_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+def take_over(db: Session, turn_ids: Sequence[uuid.UUID], *, renewal_interval: float) -> list[uuid.UUID]:
     """Release turns whose lease ran out back to `queued` (the sweeper), their stops recorded first.
 
-    The caller holds their row locks. Returns those released (still running with an expired lease).
+    The caller holds their row locks; `renewal_interval` is the settings' (`record_stops`). Returns
+    those released (still running with an expired lease).
     """
     if not turn_ids:
         return []
     # All in one statement, before any lease is cleared: turns that stopped together see each other.
-    record_stops(db, turn_ids)
+    record_stops(db, turn_ids, renewal_interval=renewal_interval)
     return list(db.execute(sql.RELEASE, {"turn_ids": list(turn_ids)}).scalars())
 
 
@@ -375,10 +376,10 @@ def insert_turn(db: Session | Connection, request: TurnRequest, *, queue: str) -
     raise TurnExists(f"turn {request.turn_id} already exists")
 
 
-def ensure_turn(request: TurnRequest, *, queue: str) -> bool:
+def ensure_turn(request: TurnRequest, *, queue: str, engine: Engine) -> bool:
     """Insert a turn that arrived only through Redis; True if it was inserted now."""
     try:
-        with session_scope() as db:
+        with session_scope(engine) as db:
             ensure_session(db, request.session_id)
             insert_turn(db, request, queue=queue)
     except TurnExists:

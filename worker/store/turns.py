@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from sqlalchemy import Boolean, ColumnElement, Connection, FromClause, RowMapping, literal_column, select, text
+from sqlalchemy import Boolean, ColumnElement, Connection, Engine, FromClause, RowMapping, literal_column, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -96,9 +96,9 @@ def check_reply_to(db: Session | Connection, session_id: uuid.UUID, reply_to: in
         raise InvalidTurn(f"reply_to {reply_to} is a {role} message; it must be a user message")
 
 
-def turn_exists(turn_id: uuid.UUID) -> bool:
+def turn_exists(turn_id: uuid.UUID, *, engine: Engine) -> bool:
     """Whether a turn row exists."""
-    with session_scope() as db:
+    with session_scope(engine) as db:
         return db.get(Turn, turn_id) is not None
 
 
@@ -147,9 +147,9 @@ def next_in(db: Session | Connection, session_id: uuid.UUID) -> NextTurn | None:
     return None if row is None else NextTurn.from_row(row)
 
 
-def next_runnable(session_id: uuid.UUID) -> NextTurn | None:
+def next_runnable(session_id: uuid.UUID, *, engine: Engine) -> NextTurn | None:
     """`next_in` in a transaction of its own."""
-    with connection_scope() as db:
+    with connection_scope(engine) as db:
         return next_in(db, session_id)
 
 

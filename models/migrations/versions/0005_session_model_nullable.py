@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from alembic import op
+from alembic import context, op
 
 revision: str = "0005"
 down_revision: str | None = "0004"
@@ -28,13 +28,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    from chatq.settings import get_settings
-
-    # The old schema needs a name: the default of the environment running the downgrade (run it
-    # with the workers' environment so their sessions keep the model they ran on).
-    op.execute(
-        sa.text("UPDATE chat_sessions SET model = :model WHERE model IS NULL").bindparams(
-            model=get_settings().default_model
-        )
-    )
+    # The old schema needs a name: the default model the caller hands in (`models.migrate`), else
+    # that of the environment running the downgrade (env.py); run it with the workers' environment
+    # so their sessions keep the model they ran on.
+    model = context.config.attributes["default_model"]
+    op.execute(sa.text("UPDATE chat_sessions SET model = :model WHERE model IS NULL").bindparams(model=model))
     op.alter_column("chat_sessions", "model", existing_type=sa.String(length=200), nullable=False)

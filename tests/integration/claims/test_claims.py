@@ -7,6 +7,7 @@ import uuid
 import pytest
 from sqlalchemy import select, text, update
 
+from chatq.settings import get_settings
 from handlers.base import AgentMessage
 from models.db import autocommit_scope, get_engine, session_scope
 from models.tables import Turn, TurnStatus
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("chatq_env")
 def test_a_claim_takes_the_turn_and_carries_what_the_handler_needs() -> None:
     sid = create_session(framework="none", model="echo", system_prompt="be brief")
     turn_id = submit_turn(sid, "hello").turn_id
-    result = claim_turn(turn_id, worker="w1")
+    result = claim_turn(turn_id, worker="w1", engine=get_engine(), settings=get_settings())
     assert result.status is ClaimStatus.CLAIMED and result.claim is not None
     claim = result.claim
     assert (claim.content, claim.attempt, claim.deliveries) == ("hello", 1, 1)
@@ -30,7 +31,7 @@ def test_a_claim_takes_the_turn_and_carries_what_the_handler_needs() -> None:
         turn = db.get(Turn, turn_id)
         assert turn is not None and turn.status is TurnStatus.RUNNING and turn.lease_token == claim.lease_token
     # The turn is taken: a second claim (a duplicate delivery) gets nothing while the lease holds.
-    assert claim_turn(turn_id, worker="w2").claim is None
+    assert claim_turn(turn_id, worker="w2", engine=get_engine(), settings=get_settings()).claim is None
 
 
 def test_only_the_claim_statement_commits_without_waiting_for_the_wal_flush() -> None:
@@ -44,7 +45,7 @@ def test_only_the_claim_statement_commits_without_waiting_for_the_wal_flush() ->
         transaction.rollback()
     # In autocommit (how claim_turn runs it) the setting ends with the statement: the pooled
     # connection it used commits durably again.
-    assert claim_turn(turn_id, worker="w").status is ClaimStatus.CLAIMED
+    assert claim_turn(turn_id, worker="w", engine=get_engine(), settings=get_settings()).status is ClaimStatus.CLAIMED
     for _ in range(engine.pool.size() + 1):
         with autocommit_scope() as db:
             assert db.execute(text("SHOW synchronous_commit")).scalar_one() == "on"
@@ -61,13 +62,13 @@ def _totals(session_id: uuid.UUID) -> list[tuple[int, str, int | None, int | Non
 
 
 def _run(turn_id: uuid.UUID, reply: list[AgentMessage] | None) -> None:
-    claim = claim_turn(turn_id, worker="w").claim
+    claim = claim_turn(turn_id, worker="w", engine=get_engine(), settings=get_settings()).claim
     assert claim is not None
     if reply is None:
-        assert finish_turn(claim, TurnStatus.FAILED, "boom").stored
+        assert finish_turn(claim, TurnStatus.FAILED, "boom", engine=get_engine()).stored
     else:
         usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
-        assert complete_turn(claim, reply, usage).stored
+        assert complete_turn(claim, reply, usage, engine=get_engine()).stored
 
 
 def test_each_succeeded_turn_keeps_the_sessions_running_history_totals() -> None:

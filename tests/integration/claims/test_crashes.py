@@ -48,7 +48,7 @@ def _start(claim: Claimer, worker: str, count: int = 1) -> list[uuid.UUID]:
     """`count` new turns (one per session) running on `worker`."""
     turn_ids = [_turn() for _ in range(count)]
     for turn_id in turn_ids:
-        assert claim(turn_id, worker=worker).status is ClaimStatus.CLAIMED
+        assert claim(turn_id, worker=worker, engine=get_engine(), settings=get_settings()).status is ClaimStatus.CLAIMED
     return turn_ids
 
 
@@ -73,9 +73,11 @@ def _stop(turn_ids: Sequence[uuid.UUID]) -> None:
 def _take_over(claim: Claimer, how: str, turn_ids: Sequence[uuid.UUID], worker: str) -> list[ClaimResult]:
     """Another worker takes the turns: one by one, or after one sweep released them all."""
     if how == "sweep":
-        _, expired = stale_turns(grace_seconds=3600)
+        _, expired = stale_turns(
+            grace_seconds=3600, engine=get_engine(), renewal_interval=get_settings().renewal_interval
+        )
         assert set(turn_ids) <= set(expired)
-    return [claim(turn_id, worker=worker) for turn_id in turn_ids]
+    return [claim(turn_id, worker=worker, engine=get_engine(), settings=get_settings()) for turn_id in turn_ids]
 
 
 def _rows(turn_ids: Sequence[uuid.UUID]) -> list[Turn]:
@@ -118,7 +120,9 @@ def test_turns_that_stopped_together_do_not_count_whichever_moves_first(claim: C
     assert taken.status is ClaimStatus.CLAIMED
     # b is taken over once its lease has really run out (a is long gone from the dead worker).
     deadline = time.monotonic() + 10
-    while claim(b, worker=_node("y", "host-a")).status is ClaimStatus.BUSY:
+    while (
+        claim(b, worker=_node("y", "host-a"), engine=get_engine(), settings=get_settings()).status is ClaimStatus.BUSY
+    ):
         assert time.monotonic() < deadline, "b's lease never ran out"
         time.sleep(0.05)
     assert [(row.status, row.deliveries, row.lone_crashes) for row in _rows([a, b])] == [
@@ -216,7 +220,10 @@ def test_the_one_statement_claim_takes_exactly_the_turns_that_are_not_poison() -
             }
             assert (connection.execute(FAST_CLAIM, params).one_or_none() is not None) == (reason is None), case
             transaction.rollback()
-        outcomes = [claim_turn(fast, worker="w@h"), _claim_slow(slow, worker="w@h")]
+        outcomes = [
+            claim_turn(fast, worker="w@h", engine=get_engine(), settings=get_settings()),
+            _claim_slow(slow, worker="w@h", engine=get_engine(), settings=get_settings()),
+        ]
         assert [(r.status, r.error) for r in outcomes] == [
             (ClaimStatus.CLAIMED, None) if reason is None else (ClaimStatus.POISONED, reason)
         ] * 2, case

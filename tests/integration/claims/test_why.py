@@ -71,7 +71,9 @@ def _node(name: str, host: str = "host-a") -> str:
 
 def _claimed(sid: uuid.UUID, worker: str = "w@host-a") -> uuid.UUID:
     turn_id = submit_turn(sid, "hello").turn_id
-    assert claim_turn(turn_id, worker=worker).status is ClaimStatus.CLAIMED
+    assert (
+        claim_turn(turn_id, worker=worker, engine=get_engine(), settings=get_settings()).status is ClaimStatus.CLAIMED
+    )
     return turn_id
 
 
@@ -94,7 +96,7 @@ def test_a_claim_that_takes_nothing_says_why_and_writes_nothing(claim: Claimer) 
         before = None if status is ClaimStatus.NOT_FOUND else _row(turn_id)
         assert _why(turn_id, session_id) == why
         given = {"session_id" if claim is claim_turn else "expected_session": session_id}
-        result = claim(turn_id, worker="x@host-b", **given)
+        result = claim(turn_id, worker="x@host-b", **given, engine=get_engine(), settings=get_settings())
         assert result.status is status and result.claim is None
         if before is not None:
             assert _row(turn_id) == before, f"{status} wrote to the turn"
@@ -113,12 +115,14 @@ def test_a_cancel_pending_when_the_worker_stopped_ends_the_turn_at_claim(claim: 
         assert request_cancel(db, [turn_id]) == {turn_id: TurnStatus.RUNNING}
     _stop(turn_id)
     if how == "sweep":
-        _, expired = stale_turns(grace_seconds=3600)
+        _, expired = stale_turns(
+            grace_seconds=3600, engine=get_engine(), renewal_interval=get_settings().renewal_interval
+        )
         assert turn_id in expired
         assert _why(turn_id) == "cancel_pending"
     else:
         assert _why(turn_id) == "stopped"
-    result = claim(turn_id, worker="x@host-b")
+    result = claim(turn_id, worker="x@host-b", engine=get_engine(), settings=get_settings())
     assert (result.status, result.attempt, result.claim) == (ClaimStatus.CANCELLED, 1, None)
     row = _row(turn_id)
     assert (row["status"], row["lease_token"], row["lease_expires_at"]) == (TurnStatus.CANCELLED, None, None)
@@ -136,7 +140,7 @@ def test_a_turn_taken_over_at_claim_carries_its_whole_session(claim: Claimer) ->
     sid = _session(system_prompt="be brief", metadata={"team": "a"}, knowledge_bases=[kb])
     turn_id = _claimed(sid, worker=_node("dead"))
     _stop(turn_id)
-    result = claim(turn_id, worker="x@host-b")
+    result = claim(turn_id, worker="x@host-b", engine=get_engine(), settings=get_settings())
     assert result.status is ClaimStatus.CLAIMED and result.claim is not None
     session = result.claim.session
     assert session == ClaimedSession(
@@ -164,10 +168,13 @@ def test_a_take_over_decided_on_a_lease_since_renewed_or_taken_changes_nothing()
     dead = _node("dead")
     turn_id = _claimed(_session(), worker=dead)
     _stop(turn_id)
-    assert claim_turn(turn_id, worker="first@host-b").status is ClaimStatus.CLAIMED
+    assert (
+        claim_turn(turn_id, worker="first@host-b", engine=get_engine(), settings=get_settings()).status
+        is ClaimStatus.CLAIMED
+    )
     before = _row(turn_id)
     with session_scope() as db:
-        assert take_over(db, [turn_id]) == []
+        assert take_over(db, [turn_id], renewal_interval=get_settings().renewal_interval) == []
     assert _row(turn_id) == before
     assert (before["stopped_worker"], before["lone_crashes"], before["deliveries"]) == (dead, 1, 2)
 
@@ -186,7 +193,7 @@ def test_a_poison_turn_ends_failed_at_claim_for_the_counts_it_was_decided_on(cla
     counts = {"deliveries": max_deliveries - 1, "lone_crashes": max_deliveries, "hosts": 0}
     with session_scope() as db:
         assert db.execute(sql.POISON_AT_CLAIM, {**params, **counts}).first() is None
-    result = claim(turn_id, worker="x@host-b")
+    result = claim(turn_id, worker="x@host-b", engine=get_engine(), settings=get_settings())
     assert result.status is ClaimStatus.POISONED and result.attempt == 0
     row = _row(turn_id)
     assert (row["status"], row["error"], row["deliveries"]) == (TurnStatus.FAILED, result.error, max_deliveries)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import insert, select
 
-from chatq.settings import reset_settings
+from chatq.settings import get_settings, reset_settings
 from handlers.context import ToolContext, use_tool_context
 from handlers.knowledge_search import search_tool
 from models.db import session_scope
@@ -34,6 +34,7 @@ from models.turn_store import PostgresTurnStore
 from tests.support.cli import chatq
 from tests.support.env import environ
 from tests.support.fixtures import STUB_API_KEY
+from tests.support.inprocess import build_runtime
 from tests.support.knowledge import REFUNDS
 from tests.support.openai_stub import OpenAIStub
 from tests.support.turns import turn_messages
@@ -155,8 +156,10 @@ def test_a_turn_reads_only_its_own_tenants_knowledge_bases(
     mine = create_session(framework=framework, model="gpt-4o-mini", tenant=acme, knowledge_bases=[acme_kb])
     for session, reads in ((theirs, False), (mine, True)):
         content = f"How long do refunds take? [quote] {key}"
-        request = parse_turn_request({"session_id": str(session), "content": content}, task_id=str(uuid.uuid4()))
-        result = execute_turn(request, queue=INTERACTIVE_QUEUE, worker="in-process@test")
+        request = parse_turn_request(
+            {"session_id": str(session), "content": content}, task_id=str(uuid.uuid4()), settings=get_settings()
+        )
+        result = execute_turn(request, queue=INTERACTIVE_QUEUE, worker="in-process@test", runtime=build_runtime())
         assert result.outcome is Outcome.SUCCEEDED, result
         sent = json.dumps([body for body in runtime.requests if key in json.dumps(body)])
         stored = json.dumps([(m.content, m.citations) for m in turn_messages(request.turn_id)])

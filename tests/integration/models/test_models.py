@@ -148,7 +148,16 @@ def test_migration_0005_lets_a_session_leave_its_model_to_the_worker(blank_engin
     upgrade(url)
     with blank_engine.begin() as conn:
         conn.execute(insert, {"id": unnamed, "model": None})
-    # The old schema needs a name: the downgrade writes the default of the environment running it.
+    # The old schema needs a name: the downgrade writes the default model it is handed (`chatq db`
+    # hands in its settings') ...
+    downgrade(url, revision="0004", default_model="the-model-handed-in")
+    with blank_engine.connect() as conn:
+        models = {row.id: row.model for row in conn.execute(text("SELECT id, model FROM chat_sessions"))}
+    assert models == {kept: "gpt-4o", unnamed: "the-model-handed-in"}
+    # ... or, given none (`alembic` from a shell), the default of the environment running it.
+    upgrade(url)
+    with blank_engine.begin() as conn:
+        conn.execute(text("UPDATE chat_sessions SET model = NULL WHERE id = :id"), {"id": unnamed})
     with environ(CHATQ_MODEL="the-default-at-downgrade"):
         downgrade(url, revision="0004")
     with blank_engine.connect() as conn:

@@ -28,6 +28,7 @@ from tests.support.openai_stub import OpenAIStub, message_text
 from tests.support.turns import replay_events, turn_messages, wait_for_turn, wait_for_turns
 from tests.support.workers import WorkerProcess
 from worker.dispatch import send_turn
+from worker.events import get_redis
 from worker.payload import task_message
 from worker.producer import create_session, submit_turn
 from worker.queries import WORKER_DEFAULT, format_usage, usage_report
@@ -107,7 +108,7 @@ def test_every_producer_path_runs_on_the_workers_default_model(
         message = task_message(
             turn_id=raw_turn, session_id=raw_session, content=texts["raw"], images=None, reply_to=None
         )
-        assert send_turn(message, queue="chatq")
+        assert send_turn(message, queue="chatq", client=get_redis())
         turn_ids.append(raw_turn)
 
         rows = wait_for_turns(turn_ids)

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from chatq.settings import get_settings
 from handlers import framework_names
 from models.db import session_scope
 from models.tables import ChatSession
@@ -30,7 +31,7 @@ def test_without_the_plugin_the_framework_is_refused_everywhere() -> None:
     assert FRAMEWORK not in framework_names()
     with pytest.raises(InvalidTurn, match="unknown agent framework 'stream_only'"):
         create_session(framework=FRAMEWORK)
-    conversations, errors = parse_batch([LINE])
+    conversations, errors = parse_batch([LINE], get_settings())
     assert conversations == [] and len(errors) == 1 and "unknown framework 'stream_only'" in errors[0].message
 
 
@@ -44,7 +45,7 @@ def test_create_session_accepts_a_plugin_framework() -> None:
 
 def test_the_batch_loader_accepts_a_plugin_framework() -> None:
     with plugin_installed(STREAM_ONLY_PLUGIN, FRAMEWORK):
-        conversations, errors = parse_batch([LINE])
+        conversations, errors = parse_batch([LINE], get_settings())
     assert errors == []
     assert [(c.id, c.framework, c.turns) for c in conversations] == [("c1", FRAMEWORK, ("hi",))]
 

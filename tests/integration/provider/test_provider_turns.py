@@ -11,6 +11,7 @@ from tests.support.openai_stub import OpenAIStub
 from tests.support.provider_limits import ProviderLimits
 from tests.support.turns import replay_events, wait_for_status, wait_for_turn, wait_for_turns
 from tests.support.workers import WorkerProcess
+from worker.events import get_redis
 from worker.producer import create_session, submit_turn
 from worker.runtime.policy import limits
 
@@ -141,7 +142,7 @@ def test_a_windowed_provider_is_waited_out_together_and_its_named_limit_kept(
     assert all(r.status.value == "succeeded" for r in rows.values()), [r.error for r in rows.values()]
     assert all(r.attempts == 1 for r in rows.values())
     scope = limits.Scope(key=f"{model}@{provider.base_url.rstrip('/')}", model=model)
-    assert limits.state(scope).rpm >= 0.95 * 120 - 0.01, "the limit the service named was kept"
+    assert limits.state(get_redis(), scope).rpm >= 0.95 * 120 - 0.01, "the limit the service named was kept"
     answers = sorted(provider.limits.answers)
     refused = [at for at, status in answers if status != 200]
     # Only requests already on their way when the first window was spent were refused.

@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
+from chatq.settings import get_settings
 from tests.support.env import environ
 from tests.support.fixtures import STUB_API_KEY
+from tests.support.inprocess import build_runtime
 from tests.support.openai_stub import OpenAIStub
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest, parse_turn_request
 from worker.producer import cancel_turn, create_session
@@ -79,11 +81,13 @@ def runtime(chatq_env: dict[str, str], openai_stub: OpenAIStub) -> Iterator[Open
 
 
 def _request(session_id: uuid.UUID, content: str) -> TurnRequest:
-    return parse_turn_request({"session_id": str(session_id), "content": content}, task_id=str(uuid.uuid4()))
+    return parse_turn_request(
+        {"session_id": str(session_id), "content": content}, task_id=str(uuid.uuid4()), settings=get_settings()
+    )
 
 
 def _run(request: TurnRequest) -> Result:
-    return execute_turn(request, queue=INTERACTIVE_QUEUE, worker="in-process@test")
+    return execute_turn(request, queue=INTERACTIVE_QUEUE, worker="in-process@test", runtime=build_runtime())
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from tests.support.broker import wait_until
 from tests.support.inprocess import InProcessWorker
 from tests.support.turns import wait_for_turn
 from worker.dispatch import send_turn
+from worker.events import get_redis
 from worker.markers import sent_marker
 from worker.producer import create_session
 
@@ -23,7 +24,7 @@ def test_a_message_sent_with_a_countdown_runs_after_it_and_its_marker_is_dropped
     turn_id = uuid.uuid4()
     message = {"turn_id": str(turn_id), "session_id": str(session_id), "content": "later", "images": None}
     sent = datetime.now(UTC)
-    assert send_turn(message, queue="chatq", countdown=1.5)
+    assert send_turn(message, queue="chatq", countdown=1.5, client=get_redis())
     row = wait_for_turn(turn_id)
     assert row.status.value == "succeeded", row.error
     assert row.started_at is not None and row.started_at >= sent + timedelta(seconds=1.4)

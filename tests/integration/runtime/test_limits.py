@@ -24,7 +24,7 @@ def scope_key(chatq_env: dict[str, str]) -> Iterator[str]:
 
 
 def _take(scope: Scope, member: str, *, interactive: bool = False, lease: float = 30.0) -> limits.Grant:
-    return limits.acquire(scope, member, interactive=interactive, hint_tokens=100, lease_seconds=lease)
+    return limits.acquire(get_redis(), scope, member, interactive=interactive, hint_tokens=100, lease_seconds=lease)
 
 
 def test_a_concurrency_limit_hands_out_its_slots_and_takes_them_back(scope_key: str) -> None:
@@ -32,11 +32,11 @@ def test_a_concurrency_limit_hands_out_its_slots_and_takes_them_back(scope_key: 
     assert _take(scope, "a").granted and _take(scope, "b").granted
     refused = _take(scope, "c")
     assert not refused.granted and refused.reason == "concurrency" and refused.wait > 0
-    assert limits.state(scope).in_flight == 2
-    limits.release(scope, "a", succeeded=True, seconds=0.5, estimate=100, tokens=80)
+    assert limits.state(get_redis(), scope).in_flight == 2
+    limits.release(get_redis(), scope, "a", succeeded=True, seconds=0.5, estimate=100, tokens=80)
     assert _take(scope, "c").granted
     # The same turn asking again (a redelivery) does not take a second slot.
-    assert _take(scope, "c").granted and limits.state(scope).in_flight == 2
+    assert _take(scope, "c").granted and limits.state(get_redis(), scope).in_flight == 2
 
 
 def test_a_slot_whose_holder_died_comes_back_when_its_lease_lapses(scope_key: str) -> None:
@@ -64,28 +64,28 @@ def test_a_waiting_interactive_turn_goes_before_batch_turns(scope_key: str) -> N
     assert _take(scope, "running").granted
     interactive = _take(scope, "interactive", interactive=True)
     assert not interactive.granted
-    limits.release(scope, "running", succeeded=True, seconds=1.0, estimate=100, tokens=100)
+    limits.release(get_redis(), scope, "running", succeeded=True, seconds=1.0, estimate=100, tokens=100)
     # The slot is free, but an interactive turn is waiting for it: batch turns wait behind it.
     batch = _take(scope, "batch")
     assert not batch.granted and batch.reason == "interactive"
     assert _take(scope, "interactive", interactive=True).granted
-    limits.release(scope, "interactive", succeeded=True, seconds=1.0, estimate=100, tokens=100)
+    limits.release(get_redis(), scope, "interactive", succeeded=True, seconds=1.0, estimate=100, tokens=100)
     assert _take(scope, "batch").granted
 
 
 def test_a_429_lowers_the_adaptive_limit_and_successes_raise_it(scope_key: str) -> None:
     scope = Scope(key=scope_key, model="m")
-    assert limits.state(scope).rpm == 0  # unlimited until the service says otherwise
+    assert limits.state(get_redis(), scope).rpm == 0  # unlimited until the service says otherwise
     # A refusal at a trickle says nothing about the fleet's rate.
-    assert limits.throttled(scope, kind="rate_limited", limit_requests=None, limit_tokens=None).rpm == 0
+    assert limits.throttled(get_redis(), scope, kind="rate_limited", limit_requests=None, limit_tokens=None).rpm == 0
     for i in range(20):
         assert _take(scope, f"t{i}").granted
     # The service names its limit: the fleet goes to 95% of it.
-    after = limits.throttled(scope, kind="rate_limited", limit_requests=300, limit_tokens=None)
+    after = limits.throttled(get_redis(), scope, kind="rate_limited", limit_requests=300, limit_tokens=None)
     assert after.rpm == pytest.approx(285)
     for i in range(20):
-        limits.release(scope, f"t{i}", succeeded=True, seconds=0.2, estimate=100, tokens=100)
-    raised = limits.state(scope).rpm
+        limits.release(get_redis(), scope, f"t{i}", succeeded=True, seconds=0.2, estimate=100, tokens=100)
+    raised = limits.state(get_redis(), scope).rpm
     assert 285 < raised <= 0.97 * 300
 
 
@@ -93,11 +93,11 @@ def test_without_a_named_limit_a_429_cuts_rate_and_concurrency_by_beta(scope_key
     scope = Scope(key=scope_key, model="m")
     for i in range(10):
         assert _take(scope, f"t{i}").granted
-    after = limits.throttled(scope, kind="rate_limited", limit_requests=None, limit_tokens=None)
+    after = limits.throttled(get_redis(), scope, kind="rate_limited", limit_requests=None, limit_tokens=None)
     assert after.rpm == pytest.approx(limits.BETA * 10 * 6)  # 10 requests in the last 10 s
     assert 1 <= after.max_concurrent < 10
     # One burst of refusals lowers the limit once, not once per refused request.
-    again = limits.throttled(scope, kind="rate_limited", limit_requests=None, limit_tokens=None)
+    again = limits.throttled(get_redis(), scope, kind="rate_limited", limit_requests=None, limit_tokens=None)
     assert again.rpm == after.rpm
 
 
@@ -107,9 +107,9 @@ def test_the_batch_bar_says_when_the_provider_holds_turns_back(scope_key: str) -
     model = scope_key.partition("@")[0]
     now = time.time()
     try:
-        limits.mark_held(model, "rate_limited", now - 1)
+        limits.mark_held(get_redis(), model, "rate_limited", now - 1)
         assert model not in provider_note(now), "a hold that is over is not shown"
-        limits.mark_held(model, "rate_limited", now + 30)
+        limits.mark_held(get_redis(), model, "rate_limited", now + 30)
         assert f"held back by the provider ({model}: 429 rate limited, until " in provider_note(now)
     finally:
         get_redis().hdel(limits.HELD_KEY, model)
@@ -123,7 +123,7 @@ def test_a_token_limit_charges_an_estimate_and_corrects_it_from_the_reported_usa
     assert not refused.granted and refused.reason == "tpm" and 0.5 < refused.wait <= 1.0
     # The reply used 10 tokens, not 100: the 90 charged too many are given back, and the model's
     # estimate follows what it really uses.
-    limits.release(scope, "a", succeeded=True, seconds=0.2, estimate=first.estimate, tokens=10)
+    limits.release(get_redis(), scope, "a", succeeded=True, seconds=0.2, estimate=first.estimate, tokens=10)
     second = _take(scope, "b")
     assert second.granted and second.estimate == 10
 
@@ -135,7 +135,9 @@ def test_a_window_of_429s_holds_every_sender_until_the_reset_and_keeps_the_named
     scope = Scope(key=scope_key, model="m")
     for i in range(20):
         assert _take(scope, f"t{i}").granted
-    first = limits.throttled(scope, kind="rate_limited", limit_requests=120, limit_tokens=None, retry_after=1.5)
+    first = limits.throttled(
+        get_redis(), scope, kind="rate_limited", limit_requests=120, limit_tokens=None, retry_after=1.5
+    )
     assert first.rpm == pytest.approx(114)
     # Nobody goes before the reset: batch turns come back from it one interval (60 / 114 s) apart.
     waits = [_take(scope, f"w{i}") for i in range(4)]
@@ -149,7 +151,9 @@ def test_a_window_of_429s_holds_every_sender_until_the_reset_and_keeps_the_named
     # longer span than the one-burst debounce: the limit stays what the service named.
     for _ in range(3):
         time.sleep(0.6)
-        again = limits.throttled(scope, kind="rate_limited", limit_requests=120, limit_tokens=None, retry_after=0.2)
+        again = limits.throttled(
+            get_redis(), scope, kind="rate_limited", limit_requests=120, limit_tokens=None, retry_after=0.2
+        )
         assert again.rpm == pytest.approx(114)
     time.sleep(0.25)  # the last refusal's reset
     assert _take(scope, "me", interactive=True).granted
@@ -160,12 +164,16 @@ def test_a_rate_measured_while_the_fleet_held_back_lowers_nothing(scope_key: str
     for i in range(10):
         assert _take(scope, f"t{i}").granted
     # No limit named: 15% below the rate really sent (10 requests in the last 10 s).
-    first = limits.throttled(scope, kind="rate_limited", limit_requests=None, limit_tokens=None, retry_after=1.0)
+    first = limits.throttled(
+        get_redis(), scope, kind="rate_limited", limit_requests=None, limit_tokens=None, retry_after=1.0
+    )
     assert first.rpm == pytest.approx(limits.BETA * 60)
     time.sleep(1.2)  # the hold is over, and so is the one-burst debounce
     # Another refusal right after the hold: the 10 s behind it were mostly spent waiting, so the
     # rate "sent" over them says nothing about what the service allows.
-    again = limits.throttled(scope, kind="rate_limited", limit_requests=None, limit_tokens=None, retry_after=1.0)
+    again = limits.throttled(
+        get_redis(), scope, kind="rate_limited", limit_requests=None, limit_tokens=None, retry_after=1.0
+    )
     assert again.rpm == pytest.approx(first.rpm)
 
 
@@ -175,7 +183,7 @@ def test_interactive_turns_waiting_for_a_slot_come_back_about_once(scope_key: st
     scope = Scope(key=scope_key, model="m", max_concurrent=2)
     for i in range(3):  # the scope's history: a request takes about 0.3 s
         assert _take(scope, f"warm{i}").granted
-        limits.release(scope, f"warm{i}", succeeded=True, seconds=0.3, estimate=100, tokens=100)
+        limits.release(get_redis(), scope, f"warm{i}", succeeded=True, seconds=0.3, estimate=100, tokens=100)
     asks: dict[str, int] = {}
 
     def turn(name: str) -> None:
@@ -186,7 +194,13 @@ def test_interactive_turns_waiting_for_a_slot_come_back_about_once(scope_key: st
                 started = time.monotonic()
                 time.sleep(0.3)
                 limits.release(
-                    scope, name, succeeded=True, seconds=time.monotonic() - started, estimate=100, tokens=100
+                    get_redis(),
+                    scope,
+                    name,
+                    succeeded=True,
+                    seconds=time.monotonic() - started,
+                    estimate=100,
+                    tokens=100,
                 )
                 return
             time.sleep(grant.wait)

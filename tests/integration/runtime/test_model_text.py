@@ -14,9 +14,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from chatq.settings import reset_settings
+from chatq.settings import get_settings, reset_settings
 from tests.support.env import environ
 from tests.support.fixtures import STUB_API_KEY
+from tests.support.inprocess import build_runtime
 from tests.support.openai_stub import OpenAIStub
 from tests.support.turns import replay_events, turn_messages
 from worker.payload import INTERACTIVE_QUEUE, parse_turn_request
@@ -42,8 +43,10 @@ def test_a_lone_surrogate_in_tool_call_arguments_is_cleaned_and_the_turn_succeed
     session_id = create_session(framework=framework, model="gpt-4o-mini")
     # The stub's tool call carries the JSON escape \ud800: parsed, a lone surrogate.
     content = f'what time [tool: current_time {{"timezone": "Europe/Paris\\ud800"}}] {key}'
-    request = parse_turn_request({"session_id": str(session_id), "content": content}, task_id=str(uuid.uuid4()))
-    result = execute_turn(request, queue=INTERACTIVE_QUEUE, worker="in-process@test")
+    request = parse_turn_request(
+        {"session_id": str(session_id), "content": content}, task_id=str(uuid.uuid4()), settings=get_settings()
+    )
+    result = execute_turn(request, queue=INTERACTIVE_QUEUE, worker="in-process@test", runtime=build_runtime())
     assert result.outcome is Outcome.SUCCEEDED, result
     assert result.attempt == 1
     messages = turn_messages(request.turn_id)

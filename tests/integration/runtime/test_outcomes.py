@@ -12,11 +12,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from chatq.settings import reset_settings
+from chatq.settings import get_settings, reset_settings
 from models.db import session_scope
 from models.tables import Turn, TurnStatus
 from tests.support.env import environ
 from tests.support.fixtures import STUB_API_KEY
+from tests.support.inprocess import build_runtime
 from tests.support.openai_stub import OpenAIStub
 from tests.support.turns import replay_events, turn_messages
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest, parse_turn_request
@@ -39,11 +40,13 @@ def runtime(chatq_env: dict[str, str], openai_stub: OpenAIStub) -> Iterator[Open
 def _request(session_id: uuid.UUID, content: str, turn_id: uuid.UUID | None = None) -> TurnRequest:
     """A raw producer's message, parsed as the task body parses it (its turn is not yet stored)."""
     turn_id = turn_id or uuid.uuid4()
-    return parse_turn_request({"session_id": str(session_id), "content": content}, task_id=str(turn_id))
+    return parse_turn_request(
+        {"session_id": str(session_id), "content": content}, task_id=str(turn_id), settings=get_settings()
+    )
 
 
 def _run(request: TurnRequest) -> Result:
-    return execute_turn(request, queue=INTERACTIVE_QUEUE, worker=WORKER)
+    return execute_turn(request, queue=INTERACTIVE_QUEUE, worker=WORKER, runtime=build_runtime())
 
 
 def _row(turn_id: uuid.UUID) -> Turn:
@@ -138,7 +141,9 @@ def test_a_reply_to_no_stored_message_is_refused_and_stores_nothing(runtime: Ope
     session_id = _session()
     turn_id = uuid.uuid4()
     request = parse_turn_request(
-        {"session_id": str(session_id), "content": "hello", "reply_to": 987654}, task_id=str(turn_id)
+        {"session_id": str(session_id), "content": "hello", "reply_to": 987654},
+        task_id=str(turn_id),
+        settings=get_settings(),
     )
     assert _run(request).outcome is Outcome.FAILED
     with session_scope() as db:

@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 
+from chatq.settings import get_settings
 from models.db import session_scope
 from models.tables import Turn, TurnStatus
 from tests.support.env import environ
 from tests.support.handlers import PORTED_FRAMEWORKS, PORTED_PLUGIN, plugin_installed
+from tests.support.inprocess import build_runtime
 from tests.support.turns import replay_events, turn_messages, wait_for_status
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest, parse_turn_request
 from worker.producer import cancel_turn, create_session
@@ -37,11 +39,11 @@ def plugin(chatq_env: dict[str, str]) -> Iterator[None]:
 
 def _request(session_id: uuid.UUID, content: str, **extra: Any) -> TurnRequest:
     body = {"session_id": str(session_id), "content": content, **extra}
-    return parse_turn_request(body, task_id=str(uuid.uuid4()))
+    return parse_turn_request(body, task_id=str(uuid.uuid4()), settings=get_settings())
 
 
 def _run(request: TurnRequest) -> Result:
-    return execute_turn(request, queue=INTERACTIVE_QUEUE, worker="in-process@test")
+    return execute_turn(request, queue=INTERACTIVE_QUEUE, worker="in-process@test", runtime=build_runtime())
 
 
 def _row(turn_id: uuid.UUID) -> Turn:

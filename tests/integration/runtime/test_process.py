@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 
 from chatq.settings import get_settings, reset_settings
+from models.db import get_engine
 from tests.support.env import environ
 from tests.support.fixtures import STUB_API_KEY
 from tests.support.openai_stub import OpenAIStub
+from worker.events import get_redis
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest, parse_turn_request
 from worker.producer import create_session
 from worker.runtime.delivery.process import Runtime, current_runtime
@@ -56,7 +58,9 @@ for _point in hooks.POINTS:
 
 def _request(content: str) -> TurnRequest:
     session_id = create_session(framework="langgraph", model="gpt-4o-mini")
-    return parse_turn_request({"session_id": str(session_id), "content": content}, task_id=str(uuid.uuid4()))
+    return parse_turn_request(
+        {"session_id": str(session_id), "content": content}, task_id=str(uuid.uuid4()), settings=get_settings()
+    )
 
 
 def _own_runtime(turn_id: uuid.UUID, **settings: Any) -> tuple[Runtime, Points]:
@@ -67,6 +71,8 @@ def _own_runtime(turn_id: uuid.UUID, **settings: Any) -> tuple[Runtime, Points]:
         hooks=hooks.HookRegistry([points]),
         leases=current_runtime().leases,
         retry=RetryPolicy.from_settings(chosen),
+        engine=get_engine(),
+        redis=get_redis(),
     )
     return runtime, points
 
@@ -99,6 +105,8 @@ def test_the_process_runtime_follows_the_settings(stub: OpenAIStub) -> None:
     runtime = current_runtime()
     assert current_runtime() is runtime and runtime.settings is get_settings()
     assert runtime.hooks is get_hooks()
+    # The connections are values on it, the process's own (the edge built them once).
+    assert runtime.engine is get_engine() and runtime.redis is get_redis()
     with environ(CHATQ_MAX_ATTEMPTS="5"):
         reset_settings()
         changed = current_runtime()

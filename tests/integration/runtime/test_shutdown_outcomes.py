@@ -21,6 +21,7 @@ from models.db import session_scope
 from models.tables import ChatSession, Turn, TurnStatus
 from tests.support.env import environ
 from tests.support.fixtures import STUB_API_KEY
+from tests.support.inprocess import build_runtime
 from tests.support.openai_stub import OpenAIStub
 from tests.support.turns import replay_events
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest
@@ -65,7 +66,9 @@ def test_a_turn_claimed_as_the_shutdown_begins_goes_back_before_it_starts(
     with session_scope() as db:
         db.execute(select(ChatSession.id).where(ChatSession.id == session_id).with_for_update())
         delivery = threading.Thread(
-            target=lambda: result.append(execute_turn(request, queue=INTERACTIVE_QUEUE, worker="in-process@test"))
+            target=lambda: result.append(
+                execute_turn(request, queue=INTERACTIVE_QUEUE, worker="in-process@test", runtime=build_runtime())
+            )
         )
         delivery.start()
         deadline = time.monotonic() + 10

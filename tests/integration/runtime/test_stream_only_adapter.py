@@ -13,9 +13,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from chatq.settings import get_settings
 from models.db import session_scope
 from models.tables import Turn, TurnStatus
 from tests.support.handlers import STREAM_ONLY_PLUGIN, plugin_installed
+from tests.support.inprocess import build_runtime
 from tests.support.turns import replay_events, turn_messages
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest, parse_turn_request
 from worker.producer import create_session
@@ -31,7 +33,9 @@ def plugin(chatq_env: dict[str, str]) -> Iterator[None]:
 
 
 def _request(session_id: uuid.UUID, content: str) -> TurnRequest:
-    return parse_turn_request({"session_id": str(session_id), "content": content}, task_id=str(uuid.uuid4()))
+    return parse_turn_request(
+        {"session_id": str(session_id), "content": content}, task_id=str(uuid.uuid4()), settings=get_settings()
+    )
 
 
 def _status(turn_id: uuid.UUID) -> TurnStatus:
@@ -46,7 +50,7 @@ def test_a_stream_only_adapter_runs_turns_through_the_runner(redis_url: str) -> 
     session_id = create_session(framework=FRAMEWORK, system_prompt="Be brief.")
 
     first = _request(session_id, "hello there")
-    result = execute_turn(first, queue=INTERACTIVE_QUEUE, worker="in-process@test")
+    result = execute_turn(first, queue=INTERACTIVE_QUEUE, worker="in-process@test", runtime=build_runtime())
     assert result.outcome is Outcome.SUCCEEDED and result.attempt == 1
     assert _status(first.turn_id) is TurnStatus.SUCCEEDED
     reply = "hello there | history 0 | prompt Be brief."
@@ -63,5 +67,8 @@ def test_a_stream_only_adapter_runs_turns_through_the_runner(redis_url: str) -> 
 
     # The second turn's input carries the first turn's two messages as history.
     second = _request(session_id, "again")
-    assert execute_turn(second, queue=INTERACTIVE_QUEUE, worker="in-process@test").outcome is Outcome.SUCCEEDED
+    assert (
+        execute_turn(second, queue=INTERACTIVE_QUEUE, worker="in-process@test", runtime=build_runtime()).outcome
+        is Outcome.SUCCEEDED
+    )
     assert turn_messages(second.turn_id)[-1].content == "again | history 2 | prompt Be brief."

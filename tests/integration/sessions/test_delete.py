@@ -24,6 +24,7 @@ from tests.support.turns import replay_events, wait_for_status
 from tests.support.workers import WorkerProcess
 from worker.dispatch import send_turn
 from worker.errors import SessionNotFound, TurnNotFound, WaitTimeout
+from worker.events import get_redis
 from worker.payload import task_message
 from worker.producer import create_session, delete_session, get_session, submit_turn, wait_for_turn
 from worker.queries import usage_report
@@ -87,7 +88,9 @@ def test_a_message_of_a_deleted_session_does_not_bring_it_back(in_process: InPro
     ghost = uuid.uuid4()
     # As a producer that stored nothing would send it (or one left in Redis when the session went).
     assert send_turn(
-        task_message(turn_id=ghost, session_id=sid, content="ghost", images=None, reply_to=None), queue="chatq"
+        task_message(turn_id=ghost, session_id=sid, content="ghost", images=None, reply_to=None),
+        queue="chatq",
+        client=get_redis(),
     )
     in_process.wait_idle()
     wait_until(

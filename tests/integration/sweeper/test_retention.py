@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select, update
 
+from chatq.settings import get_settings
 from models.db import session_scope
 from models.tables import ChatSession, Turn
 from tests.support.env import environ
@@ -58,7 +59,7 @@ def test_the_sweep_purges_idle_sessions_and_keeps_busy_and_recent_ones(idle_sess
     _idle(recent, 20)
     before = usage_report()["turns"]
     with environ(CHATQ_RETENTION_DAYS="30"):
-        purged = purge_expired()
+        purged = purge_expired(get_settings())
     assert purged >= 3
     assert not any(_exists(sid) for sid in idle_sessions)
     assert _exists(busy), "a session with an unfinished turn is never purged"
@@ -71,7 +72,7 @@ def test_the_sweep_purges_idle_sessions_and_keeps_busy_and_recent_ones(idle_sess
 
 
 def test_without_retention_days_nothing_is_purged(idle_sessions: list[uuid.UUID]) -> None:
-    assert purge_expired() == 0
+    assert purge_expired(get_settings()) == 0
     assert all(_exists(sid) for sid in idle_sessions)
 
 

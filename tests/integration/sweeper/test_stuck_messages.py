@@ -23,6 +23,7 @@ from sqlalchemy import func, update
 from chatq.settings import reset_settings
 from models.db import session_scope
 from models.tables import Turn
+from tests.support.inprocess import build_runtime
 from worker.markers import SENT_MARKER_TTL, sent_marker
 from worker.producer import create_session, submit_turn
 from worker.runtime.recovery.sweeper import sweep_once
@@ -76,12 +77,12 @@ def test_a_message_stuck_unacknowledged_with_its_marker_set_is_resent_within_the
     tag = _taken_by_a_worker_that_stopped(client, turn_id, seconds_ago=GRACE + 1)
     assert client.exists(sent_marker(turn_id))  # Celery never received it: nobody dropped the marker
 
-    sweep_once()
+    sweep_once(build_runtime())
 
     assert _queued(client, turn_id) == 1, "the stuck turn was not sent again"
     # The stuck copy is gone, so it does not come back as a duplicate after the visibility timeout.
     assert not client.hexists(UNACKED, tag) and client.zscore(UNACKED_INDEX, tag) is None
-    sweep_once()
+    sweep_once(build_runtime())
     assert _queued(client, turn_id) == 1  # sent once, not at every sweep
 
 
@@ -89,7 +90,7 @@ def test_a_message_taken_within_the_grace_is_left_to_its_worker(client: redis.Re
     turn_id = _submitted_long_ago(client)
     tag = _taken_by_a_worker_that_stopped(client, turn_id, seconds_ago=0.0)
     try:
-        sweep_once()
+        sweep_once(build_runtime())
         assert _queued(client, turn_id) == 0  # a live worker receives what it took within milliseconds
         assert client.hexists(UNACKED, tag)
     finally:
@@ -102,6 +103,6 @@ def test_a_marker_older_than_the_grace_with_no_message_anywhere_is_not_believed(
     client.delete("chatq")  # taken off the queue and lost on the way (BRPOP answered, never read)
     client.expire(sent_marker(turn_id), SENT_MARKER_TTL - int(GRACE * 2))  # set 4 s ago
 
-    sweep_once()
+    sweep_once(build_runtime())
 
     assert _queued(client, turn_id) == 1

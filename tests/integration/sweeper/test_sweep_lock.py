@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import text
 
 from models.db import unpooled_connection
+from tests.support.inprocess import build_runtime
 from tests.support.workers import ROOT
 from worker.runtime.recovery.sweeper import SWEEP_LOCK_KEY, SweepReport, sweep_exclusively, sweep_lock
 
@@ -67,12 +68,12 @@ def test_a_second_try_fails_while_the_first_holds_the_lock_and_succeeds_after(ch
 
 def test_no_sweep_runs_while_another_holds_the_lock(chatq_env: dict[str, str]) -> None:
     with _lock_when_free():
-        assert sweep_exclusively() is None
+        assert sweep_exclusively(build_runtime()) is None
     deadline = time.monotonic() + 30
-    report = sweep_exclusively()
+    report = sweep_exclusively(build_runtime())
     while report is None and time.monotonic() < deadline:
         time.sleep(0.02)
-        report = sweep_exclusively()
+        report = sweep_exclusively(build_runtime())
     assert isinstance(report, SweepReport)
 
 

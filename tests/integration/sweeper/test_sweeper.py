@@ -15,6 +15,7 @@ from sqlalchemy import func, update
 from chatq.settings import reset_settings
 from models.db import session_scope
 from models.tables import Turn, TurnStatus
+from tests.support.inprocess import build_runtime
 from worker.producer import create_session, submit_turn
 from worker.runtime.recovery.sweeper import sweep_once
 
@@ -46,14 +47,14 @@ def test_a_waiting_message_is_not_multiplied_but_a_lost_one_is_resent(zero_grace
     assert queued_ids(client, turn.turn_id) == [str(turn.turn_id)]
     # The message is still waiting in Redis: the sweeper leaves it alone, however often it runs.
     for _ in range(3):
-        sweep_once()
+        sweep_once(build_runtime())
     assert queued_ids(client, turn.turn_id) == [str(turn.turn_id)]
     # Redis lost everything (it keeps nothing on disk): now the turn is sent again, once.
     client.flushdb()
-    report = sweep_once()
+    report = sweep_once(build_runtime())
     assert report.resent >= 1
     assert queued_ids(client, turn.turn_id) == [str(turn.turn_id)]
-    sweep_once()
+    sweep_once(build_runtime())
     assert queued_ids(client, turn.turn_id) == [str(turn.turn_id)]
 
 
@@ -74,7 +75,7 @@ def test_an_expired_lease_is_released_and_resent(zero_grace: redis.Redis) -> Non
                 attempts=1,
             )
         )
-    report = sweep_once()
+    report = sweep_once(build_runtime())
     assert report.expired_leases == 1
     with session_scope() as db:
         row = db.get(Turn, turn.turn_id)
@@ -96,5 +97,5 @@ def test_a_turn_behind_a_running_one_is_left_to_its_predecessor(zero_grace: redi
                 status=TurnStatus.RUNNING, lease_token=uuid.uuid4(), lease_expires_at=func.now() + timedelta(minutes=5)
             )
         )
-    sweep_once()
+    sweep_once(build_runtime())
     assert str(second.turn_id) not in queued_ids(client)

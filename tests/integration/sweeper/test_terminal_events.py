@@ -18,12 +18,14 @@ from typing import Any
 import pytest
 import redis
 
+from chatq.settings import get_settings
 from handlers.messages import AgentMessage
-from models.db import session_scope
+from models.db import get_engine, session_scope
 from models.tables import TurnStatus
+from tests.support.inprocess import build_runtime
 from tests.support.turns import replay_events
 from worker.event_scripts import UNENDED, add_unended
-from worker.events import TERMINAL_TYPES, EventType, TurnEvents, session_channel
+from worker.events import TERMINAL_TYPES, EventType, TurnEvents, get_redis, session_channel
 from worker.payload import GUARDED_QUEUES
 from worker.producer import cancel_turn, create_session, submit_turn
 from worker.runtime.recovery import terminal_repair
@@ -67,10 +69,17 @@ def started(session_id: uuid.UUID | None = None, text: str = "hel") -> tuple[cla
     """A submitted turn, claimed by a worker that published `started` and some text."""
     session_id = session_id or create_session(framework="none", model="echo")
     turn = submit_turn(session_id, "hello")
-    claimed = claims.claim_turn(turn.turn_id, worker="doomed@host")
+    claimed = claims.claim_turn(turn.turn_id, worker="doomed@host", engine=get_engine(), settings=get_settings())
     assert claimed.claim is not None
     claim = claimed.claim
-    events = TurnEvents.resume_with(EventType.STARTED, claim.attempt, session_id=session_id, turn_id=claim.turn_id)
+    events = TurnEvents.resume_with(
+        EventType.STARTED,
+        claim.attempt,
+        session_id=session_id,
+        turn_id=claim.turn_id,
+        client=get_redis(),
+        retention=get_settings().event_retention,
+    )
     events.publish(EventType.TEXT, claim.attempt, text=text)
     return claim, events
 
@@ -78,7 +87,9 @@ def started(session_id: uuid.UUID | None = None, text: str = "hel") -> tuple[cla
 def succeeded_without_final(session_id: uuid.UUID | None = None) -> tuple[claims.Claim, TurnEvents]:
     """Its reply committed, then its worker killed before it published `final`."""
     claim, events = started(session_id, text="hello")
-    assert claims.complete_turn(claim, [AgentMessage(role="assistant", content="hello")], USAGE).stored
+    assert claims.complete_turn(
+        claim, [AgentMessage(role="assistant", content="hello")], USAGE, engine=get_engine()
+    ).stored
     return claim, events
 
 
@@ -91,7 +102,7 @@ def test_a_turn_killed_after_storing_its_reply_gets_one_final_event(client: redi
     channel = Channel(client, claim.session.id)
     assert terminal(redis_url, claim.turn_id) == []
 
-    report = sweep_once()
+    report = sweep_once(build_runtime())
 
     assert report.repaired >= 1
     events = replay_events(redis_url, claim.turn_id)
@@ -108,8 +119,13 @@ def test_a_turn_killed_after_storing_its_reply_gets_one_final_event(client: redi
     assert live == [final]
 
     # Once out, never again: the turn left the unended set, and its marker stays.
-    sweep_once()
-    assert terminal_repair.publish_missing_terminal_events() == []
+    sweep_once(build_runtime())
+    assert (
+        terminal_repair.publish_missing_terminal_events(
+            engine=get_engine(), client=get_redis(), retention=get_settings().event_retention
+        )
+        == []
+    )
     assert replay_events(redis_url, claim.turn_id) == events
     assert [e for e in channel.received() if e["turn_id"] == str(claim.turn_id)] == []
     assert client.zscore(UNENDED, str(claim.turn_id)) is None
@@ -118,7 +134,7 @@ def test_a_turn_killed_after_storing_its_reply_gets_one_final_event(client: redi
 
 def test_failed_and_cancelled_turns_get_theirs(client: redis.Redis, redis_url: str) -> None:
     failing, _ = started()
-    assert claims.finish_turn(failing, TurnStatus.FAILED, "the model said no").stored
+    assert claims.finish_turn(failing, TurnStatus.FAILED, "the model said no", engine=get_engine()).stored
     # A queued turn cancelled as `cancel_turn` does it (noted as ending, then the cancel
     # committed), its producer killed before it announced the cancel.
     session_id = create_session(framework="none", model="echo")
@@ -127,7 +143,9 @@ def test_failed_and_cancelled_turns_get_theirs(client: redis.Redis, redis_url: s
     with session_scope() as db:
         assert claims.request_cancel(db, [queued.turn_id]) == {queued.turn_id: TurnStatus.CANCELLED}
 
-    repaired = terminal_repair.publish_missing_terminal_events()
+    repaired = terminal_repair.publish_missing_terminal_events(
+        engine=get_engine(), client=get_redis(), retention=get_settings().event_retention
+    )
 
     assert {failing.turn_id, queued.turn_id} <= set(repaired)
     [error] = terminal(redis_url, failing.turn_id)
@@ -155,7 +173,9 @@ def test_a_live_publisher_racing_the_repair_publishes_one_terminal_event(client:
     for thread in threads:
         thread.start()
     gate.wait()
-    terminal_repair.publish_missing_terminal_events()
+    terminal_repair.publish_missing_terminal_events(
+        engine=get_engine(), client=get_redis(), retention=get_settings().event_retention
+    )
     for thread in threads:
         thread.join()
 
@@ -163,7 +183,12 @@ def test_a_live_publisher_racing_the_repair_publishes_one_terminal_event(client:
         assert len(terminal(redis_url, claim.turn_id)) == 1
         # A publisher that comes back later still adds nothing.
         events.publish(EventType.FINAL, claim.attempt, messages=[], usage=USAGE)
-        assert terminal_repair.publish_missing_terminal_events() == []
+        assert (
+            terminal_repair.publish_missing_terminal_events(
+                engine=get_engine(), client=get_redis(), retention=get_settings().event_retention
+            )
+            == []
+        )
         assert len(terminal(redis_url, claim.turn_id)) == 1
     received = [e for e in channel.received() if e["type"] in TERMINAL_TYPES]
     assert sorted(e["turn_id"] for e in received) == sorted(str(claim.turn_id) for claim, _ in turns)
@@ -177,7 +202,12 @@ def test_unfinished_turns_wait_and_deleted_ones_leave_the_set(client: redis.Redi
     before = client.zscore(UNENDED, str(running.turn_id))
     assert before is not None
 
-    assert terminal_repair.publish_missing_terminal_events() == []
+    assert (
+        terminal_repair.publish_missing_terminal_events(
+            engine=get_engine(), client=get_redis(), retention=get_settings().event_retention
+        )
+        == []
+    )
 
     assert terminal(redis_url, running.turn_id) == []
     # Still waiting for its end, now at the back of the set; a turn that no longer exists is gone.
@@ -185,10 +215,15 @@ def test_unfinished_turns_wait_and_deleted_ones_leave_the_set(client: redis.Redi
     assert after is not None and after >= before
     assert client.zscore(UNENDED, str(vanished)) is None
     # Its worker ends it and publishes: the one terminal event, live (not repaired).
-    assert claims.complete_turn(running, [AgentMessage(role="assistant", content="hel")], USAGE).stored
-    TurnEvents.resume(session_id=running.session.id, turn_id=running.turn_id).publish(
-        EventType.FINAL, running.attempt, messages=[], usage=USAGE
-    )
+    assert claims.complete_turn(
+        running, [AgentMessage(role="assistant", content="hel")], USAGE, engine=get_engine()
+    ).stored
+    TurnEvents.resume(
+        session_id=running.session.id,
+        turn_id=running.turn_id,
+        client=get_redis(),
+        retention=get_settings().event_retention,
+    ).publish(EventType.FINAL, running.attempt, messages=[], usage=USAGE)
     assert client.zscore(UNENDED, str(running.turn_id)) is None
     [final] = terminal(redis_url, running.turn_id)
     assert "repaired" not in final
@@ -196,9 +231,13 @@ def test_unfinished_turns_wait_and_deleted_ones_leave_the_set(client: redis.Redi
 
 def test_a_recently_ended_turn_is_left_to_its_own_publisher(client: redis.Redis, redis_url: str) -> None:
     claim, _ = succeeded_without_final()
-    assert claim.turn_id not in terminal_repair.publish_missing_terminal_events(settle=30)
+    assert claim.turn_id not in terminal_repair.publish_missing_terminal_events(
+        settle=30, engine=get_engine(), client=get_redis(), retention=get_settings().event_retention
+    )
     assert terminal(redis_url, claim.turn_id) == []
-    assert claim.turn_id in terminal_repair.publish_missing_terminal_events(settle=0)
+    assert claim.turn_id in terminal_repair.publish_missing_terminal_events(
+        settle=0, engine=get_engine(), client=get_redis(), retention=get_settings().event_retention
+    )
 
 
 def test_a_cancel_noted_as_ending_leaves_the_set_with_its_one_event(client: redis.Redis, redis_url: str) -> None:
@@ -208,7 +247,9 @@ def test_a_cancel_noted_as_ending_leaves_the_set_with_its_one_event(client: redi
     assert cancel_turn(queued.turn_id).status is TurnStatus.CANCELLED
     assert cancel_turn(running.turn_id).status is TurnStatus.RUNNING  # its worker ends it
 
-    assert queued.turn_id not in terminal_repair.publish_missing_terminal_events()
+    assert queued.turn_id not in terminal_repair.publish_missing_terminal_events(
+        engine=get_engine(), client=get_redis(), retention=get_settings().event_retention
+    )
 
     [cancelled] = terminal(redis_url, queued.turn_id)
     assert "repaired" not in cancelled

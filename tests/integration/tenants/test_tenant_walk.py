@@ -25,7 +25,7 @@ import pytest
 import redis
 import uvicorn
 
-from chatq.settings import TenantToken
+from chatq.settings import TenantToken, get_settings
 from models.knowledge import create_knowledge_base
 from worker.gateway.app import create_app
 from worker.gateway.config import GatewaySettings
@@ -46,7 +46,7 @@ def base_url(chatq_env: dict[str, str], redis_url: str) -> Iterator[str]:
         tenant_tokens=tuple(TenantToken(tenant=t, token=token) for t, token in TOKENS.items()),
         heartbeat=0.5,
     )
-    app = create_app(settings)
+    app = create_app(settings, chatq=get_settings())
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
     server = GatewayServer(config, app.state.gateway)
     thread = threading.Thread(target=server.run, name="gateway", daemon=True)

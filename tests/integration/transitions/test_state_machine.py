@@ -188,7 +188,7 @@ class TurnMachine(RuleBasedStateMachine):
         claim = self._claim(data)
         owned = self._owns(claim)
         reply = [AgentMessage(role="assistant", content="reply")]
-        done = claims.complete_turn(claim, reply, USAGE)
+        done = claims.complete_turn(claim, reply, USAGE, engine=get_engine())
         event(f"complete: stored={done.stored}")
         assert done.stored == owned
         if owned:
@@ -201,7 +201,7 @@ class TurnMachine(RuleBasedStateMachine):
             return
         claim, status = self._claim(data), data.draw(st.sampled_from([TurnStatus.FAILED, TurnStatus.CANCELLED]))
         owned = self._owns(claim)
-        done = claims.finish_turn(claim, status, "boom" if status is TurnStatus.FAILED else None)
+        done = claims.finish_turn(claim, status, "boom" if status is TurnStatus.FAILED else None, engine=get_engine())
         assert done.stored == owned
         if owned:
             turn = self._by_id(claim.turn_id)
@@ -213,7 +213,10 @@ class TurnMachine(RuleBasedStateMachine):
             return
         claim, hand_back = self._claim(data), data.draw(st.booleans())
         owned = self._owns(claim)
-        assert claims.requeue_turn(claim, error=None if hand_back else "retry", hand_back=hand_back) == owned
+        assert (
+            claims.requeue_turn(claim, error=None if hand_back else "retry", hand_back=hand_back, engine=get_engine())
+            == owned
+        )
         if owned:
             turn = self._by_id(claim.turn_id)
             self._end(turn, TurnStatus.QUEUED)
@@ -245,7 +248,9 @@ class TurnMachine(RuleBasedStateMachine):
         turn.expired = True
 
     def sweep(self, data: st.DataObject) -> None:
-        _, expired = stale_turns(grace_seconds=3600)
+        _, expired = stale_turns(
+            grace_seconds=3600, engine=get_engine(), renewal_interval=get_settings().renewal_interval
+        )
         mine = {t.id for t in self.turns}
         assert mine & set(expired) == {t.id for t in self.turns if t.status is TurnStatus.RUNNING and t.expired}
         for turn in self.turns:
@@ -254,7 +259,7 @@ class TurnMachine(RuleBasedStateMachine):
 
     def next_turn(self, data: st.DataObject) -> None:
         session = data.draw(st.integers(0, SESSIONS - 1))
-        found = next_runnable(self.sessions[session])
+        found = next_runnable(self.sessions[session], engine=get_engine())
         assert (found.turn_id if found else None) == self._expected_next(session)
 
     def fast_claim_agrees(self, data: st.DataObject) -> None:

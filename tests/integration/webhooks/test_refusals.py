@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from tests.integration.webhooks.conftest import SECRET, STUB_MODEL
-from tests.support.inprocess import InProcessWorker
+from tests.support.inprocess import InProcessWorker, build_runtime
 from tests.support.receiver import Receiver
 from tests.support.turns import wait_for_turn
 from worker.errors import WebhookRefused
@@ -106,7 +106,7 @@ def test_a_refused_address_counts_no_attempt_and_the_hint_names_the_worker(
         )
     refused = {"outcome": "refused"}
     before = REGISTRY.get_sample_value("chatq_webhook_attempts_total", refused) or 0.0
-    assert deliver(delivery_id).outcome == DeliveryOutcome.FAILED
+    assert deliver(delivery_id, runtime=build_runtime()).outcome == DeliveryOutcome.FAILED
     assert REGISTRY.get_sample_value("chatq_webhook_attempts_total", refused) == before + 1, "not counted as a POST"
     webhook = turn_report(turn.id)["webhook"]
     assert (webhook["status"], webhook["attempts"], webhook["last_status_code"]) == ("failed", 0, None)

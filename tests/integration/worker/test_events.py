@@ -10,8 +10,18 @@ import uuid
 
 import redis
 
+from chatq.settings import get_settings
 from worker.event_scripts import UNENDED, ended_marker
-from worker.events import EventType, TextCoalescer, TurnEvents, last_seq, make_redis, session_channel, turn_stream
+from worker.events import (
+    EventType,
+    TextCoalescer,
+    TurnEvents,
+    get_redis,
+    last_seq,
+    make_redis,
+    session_channel,
+    turn_stream,
+)
 
 
 def test_events_are_published_and_kept_for_replay(chatq_env: dict[str, str]) -> None:
@@ -39,14 +49,18 @@ def test_events_are_published_and_kept_for_replay(chatq_env: dict[str, str]) -> 
     assert 600 <= client.ttl(turn_stream(turn_id)) <= 900
     # Another worker taking the turn over continues the numbering.
     assert last_seq(client, turn_id) == 3
-    resumed = TurnEvents.resume(session_id=session_id, turn_id=turn_id)
+    resumed = TurnEvents.resume(
+        session_id=session_id, turn_id=turn_id, client=get_redis(), retention=get_settings().event_retention
+    )
     assert resumed.publish(EventType.RETRY, 2)["seq"] == 4
     pubsub.close()
 
 
 def test_a_redis_outage_never_raises_from_publish(chatq_env: dict[str, str]) -> None:
     dead = make_redis("redis://127.0.0.1:1/0")
-    events = TurnEvents(session_id=uuid.uuid4(), turn_id=uuid.uuid4(), client=dead)
+    events = TurnEvents(
+        session_id=uuid.uuid4(), turn_id=uuid.uuid4(), client=dead, retention=get_settings().event_retention
+    )
     started = time.monotonic()
     assert events.send([events.build(EventType.TEXT, 1, text="x")]) is False
     first_failure = time.monotonic() - started
@@ -61,7 +75,9 @@ def test_a_redis_outage_never_raises_from_publish(chatq_env: dict[str, str]) -> 
 def test_text_coalescing_never_delays_the_first_chunk_and_merges_the_rest(chatq_env: dict[str, str]) -> None:
     client = redis.Redis.from_url(chatq_env["REDIS_URL"])
     turn_id = uuid.uuid4()
-    events = TurnEvents(session_id=uuid.uuid4(), turn_id=turn_id, client=client)
+    events = TurnEvents(
+        session_id=uuid.uuid4(), turn_id=turn_id, client=client, retention=get_settings().event_retention
+    )
     coalescer = TextCoalescer(events, 1, window=10.0)
     for chunk in ["a", "b", "c", "d"]:
         coalescer.add(chunk)
@@ -76,7 +92,9 @@ def test_text_coalescing_never_delays_the_first_chunk_and_merges_the_rest(chatq_
 def test_held_text_is_published_when_its_window_passes_even_if_the_model_pauses(chatq_env: dict[str, str]) -> None:
     client = redis.Redis.from_url(chatq_env["REDIS_URL"])
     turn_id = uuid.uuid4()
-    events = TurnEvents(session_id=uuid.uuid4(), turn_id=turn_id, client=client)
+    events = TurnEvents(
+        session_id=uuid.uuid4(), turn_id=turn_id, client=client, retention=get_settings().event_retention
+    )
     coalescer = TextCoalescer(events, 1, window=0.05)
     coalescer.add("first ")
     coalescer.add("held")
@@ -99,7 +117,9 @@ def _script_calls(client: redis.Redis) -> int:
 def test_resume_with_numbers_after_the_newest_event_and_publishes_in_one_script(chatq_env: dict[str, str]) -> None:
     client = redis.Redis.from_url(chatq_env["REDIS_URL"])
     session_id, turn_id = uuid.uuid4(), uuid.uuid4()
-    earlier = TurnEvents(session_id=session_id, turn_id=turn_id, client=client)
+    earlier = TurnEvents(
+        session_id=session_id, turn_id=turn_id, client=client, retention=get_settings().event_retention
+    )
     earlier.publish(EventType.QUEUED, 0)
     earlier.publish(EventType.RETRY, 1, error="x")
     client.persist(turn_stream(turn_id))
@@ -108,7 +128,14 @@ def test_resume_with_numbers_after_the_newest_event_and_publishes_in_one_script(
     time.sleep(0.1)
     client.script_flush()  # the first call finds no cached script and must load it
     calls = _script_calls(client)
-    events = TurnEvents.resume_with(EventType.STARTED, 2, session_id=session_id, turn_id=turn_id)
+    events = TurnEvents.resume_with(
+        EventType.STARTED,
+        2,
+        session_id=session_id,
+        turn_id=turn_id,
+        client=get_redis(),
+        retention=get_settings().event_retention,
+    )
     assert _script_calls(client) - calls == 2  # EVALSHA refused (NOSCRIPT), then EVAL
     assert events.seq == 3
     live = None
@@ -135,7 +162,14 @@ def test_resume_with_numbers_after_the_newest_event_and_publishes_in_one_script(
     # Later events go on from there, through the usual path; the cached script is used next time.
     assert events.publish(EventType.TEXT, 2, text="hi")["seq"] == 4
     calls = _script_calls(client)
-    again = TurnEvents.resume_with(EventType.STARTED, 3, session_id=session_id, turn_id=turn_id)
+    again = TurnEvents.resume_with(
+        EventType.STARTED,
+        3,
+        session_id=session_id,
+        turn_id=turn_id,
+        client=get_redis(),
+        retention=get_settings().event_retention,
+    )
     assert (again.seq, _script_calls(client) - calls) == (5, 1)
     assert again.publish(EventType.FINAL, 3)["seq"] == 6
     pubsub.close()
@@ -148,7 +182,14 @@ def test_resume_with_counts_from_zero_where_last_seq_does(chatq_env: dict[str, s
     client.xadd(turn_stream(garbled), {"other": "field"})
     for turn_id in (fresh, garbled):
         assert last_seq(client, turn_id) == 0
-        events = TurnEvents.resume_with(EventType.STARTED, 1, session_id=uuid.uuid4(), turn_id=turn_id)
+        events = TurnEvents.resume_with(
+            EventType.STARTED,
+            1,
+            session_id=uuid.uuid4(),
+            turn_id=turn_id,
+            client=get_redis(),
+            retention=get_settings().event_retention,
+        )
         assert events.seq == 1
         newest = client.xrevrange(turn_stream(turn_id), count=1)[0][1]
         assert json.loads(newest[b"event"])["seq"] == 1
@@ -161,7 +202,14 @@ def test_resume_with_falls_back_to_two_steps_and_never_raises(chatq_env: dict[st
     # A key of the wrong type where the stream should be: the script fails, and so do the steps
     # that touch the stream; the turn goes on with its numbering (SPEC: events are best effort).
     client.set(turn_stream(turn_id), "not a stream", ex=60)
-    events = TurnEvents.resume_with(EventType.STARTED, 1, session_id=uuid.uuid4(), turn_id=turn_id)
+    events = TurnEvents.resume_with(
+        EventType.STARTED,
+        1,
+        session_id=uuid.uuid4(),
+        turn_id=turn_id,
+        client=get_redis(),
+        retention=get_settings().event_retention,
+    )
     assert events.seq == 1
     assert events.publish(EventType.FINAL, 1)["seq"] == 2
     client.delete(turn_stream(turn_id))
@@ -189,11 +237,18 @@ def test_resume_with_during_a_redis_outage_tries_once_and_numbers_from_zero() ->
     client = make_redis(f"redis://127.0.0.1:{listener.getsockname()[1]}/0")
     try:
         # What one call costs against this server: its connection attempts and their retries.
-        assert TurnEvents(session_id=uuid.uuid4(), turn_id=uuid.uuid4(), client=client).publish(EventType.FINAL, 1)
+        assert TurnEvents(
+            session_id=uuid.uuid4(), turn_id=uuid.uuid4(), client=client, retention=get_settings().event_retention
+        ).publish(EventType.FINAL, 1)
         one_call = attempts
         assert one_call >= 1
         events = TurnEvents.resume_with(
-            EventType.STARTED, 1, session_id=uuid.uuid4(), turn_id=uuid.uuid4(), client=client
+            EventType.STARTED,
+            1,
+            session_id=uuid.uuid4(),
+            turn_id=uuid.uuid4(),
+            client=client,
+            retention=get_settings().event_retention,
         )
         # The script's call only, not the two steps after it as well.
         assert attempts - one_call == one_call
@@ -220,7 +275,9 @@ def test_a_turn_has_one_terminal_event_however_often_it_is_published(chatq_env: 
     client.script_flush()  # the terminal script is loaded on the way, the text sent once
     events.send([events.build(EventType.TEXT, 1, text="hi"), events.build(EventType.ERROR, 1, error="no")])
     events.publish(EventType.FINAL, 1, messages=[], usage={})  # a second publisher, or a retried write
-    TurnEvents.resume(session_id=session_id, turn_id=turn_id, client=client).publish(EventType.CANCELLED, 1)
+    TurnEvents.resume(
+        session_id=session_id, turn_id=turn_id, client=client, retention=get_settings().event_retention
+    ).publish(EventType.CANCELLED, 1)
     stored = [json.loads(fields[b"event"]) for _id, fields in client.xrange(turn_stream(turn_id))]
     assert [(e["type"], e["seq"]) for e in stored] == [("started", 1), ("text", 2), ("error", 3)]
     assert client.zscore(UNENDED, str(turn_id)) is None

@@ -14,6 +14,7 @@ from tests.integration.worker.conftest import STUB_MODEL
 from tests.support.turns import replay_events, wait_for_turn, wait_for_turns
 from tests.support.workers import WorkerProcess
 from worker.dispatch import send_turns
+from worker.events import get_redis
 from worker.markers import sent_marker
 from worker.payload import TurnRequest
 from worker.producer import create_session, submit_turn
@@ -52,7 +53,7 @@ def test_finished_turns_leave_no_sent_marker_behind(worker: WorkerProcess, redis
             )
             insert_turn(conn, request, queue="chatq")
             requests.append(request)
-    assert send_turns([r.to_message() for r in requests], queue="chatq") == len(requests)
+    assert send_turns([r.to_message() for r in requests], queue="chatq", client=get_redis()) == len(requests)
     rows = wait_for_turns([r.turn_id for r in requests], timeout=120)
     assert {row.status.value for row in rows.values()} == {"succeeded"}
     client = redis.Redis.from_url(redis_url)

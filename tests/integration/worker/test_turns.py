@@ -20,6 +20,7 @@ from tests.support.inprocess import InProcessWorker
 from tests.support.openai_stub import OpenAIStub
 from tests.support.turns import replay_events, session_messages, turn_messages, wait_for_turn, wait_for_turns
 from tests.support.workers import WorkerProcess
+from worker.events import get_redis
 from worker.producer import create_session, submit_turn
 
 
@@ -138,7 +139,7 @@ def test_a_turn_sent_only_through_redis_is_inserted_by_the_worker(in_process: In
 
     turn_id, session_id = uuid.uuid4(), uuid.uuid4()
     message = {"turn_id": str(turn_id), "session_id": str(session_id), "content": "hi from Go", "images": None}
-    assert send_turn(message, queue="chatq")
+    assert send_turn(message, queue="chatq", client=get_redis())
     row = wait_for_turn(turn_id)
     assert row.status.value == "succeeded", row.error
     assert [m.role for m in turn_messages(turn_id)] == ["user", "assistant"]
@@ -170,8 +171,8 @@ def test_the_same_task_delivered_twice_stores_one_reply(worker: WorkerProcess) -
         "images": None,
         "reply_to": None,
     }
-    assert send_turn(message, queue="chatq")
-    assert send_turn(message, queue="chatq")
+    assert send_turn(message, queue="chatq", client=get_redis())
+    assert send_turn(message, queue="chatq", client=get_redis())
     row = wait_for_turn(turn.turn_id)
     wait_for_drained_queues(worker.env["REDIS_URL"])  # the duplicate copies are processed too
     assert row.status.value == "succeeded"

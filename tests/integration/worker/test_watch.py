@@ -11,14 +11,15 @@ import uuid
 
 import pytest
 
+from chatq.settings import get_settings
 from handlers.messages import AgentMessage
-from models.db import autocommit_scope
+from models.db import autocommit_scope, get_engine
 from tests.integration.worker.conftest import STUB_MODEL
 from tests.support.cli import chatq
 from tests.support.workers import ROOT, WorkerProcess
 from worker.cli.commands import main
 from worker.dispatch import send_turn
-from worker.events import EventType, TurnEvents
+from worker.events import EventType, TurnEvents, get_redis
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest
 from worker.producer import create_session
 from worker.store import claims
@@ -58,7 +59,7 @@ def test_a_stored_turn_without_events_yet_is_waited_for(worker: WorkerProcess, w
         text=True,
     )
     try:
-        assert send_turn(request.to_message(), queue=INTERACTIVE_QUEUE)
+        assert send_turn(request.to_message(), queue=INTERACTIVE_QUEUE, client=get_redis())
         out, err = watcher.communicate(timeout=60)
     finally:
         watcher.kill()
@@ -78,13 +79,22 @@ def test_a_reply_that_streamed_is_not_printed_again_from_postgres(
     request = TurnRequest(turn_id=uuid.uuid4(), session_id=session_id, content="hello")
     with autocommit_scope() as conn:
         insert_turn(conn, request, queue=INTERACTIVE_QUEUE)
-    claim = claims.claim_turn(request.turn_id, worker="doomed@host").claim
+    claim = claims.claim_turn(request.turn_id, worker="doomed@host", engine=get_engine(), settings=get_settings()).claim
     assert claim is not None
-    events = TurnEvents.resume_with(EventType.STARTED, claim.attempt, session_id=session_id, turn_id=claim.turn_id)
+    events = TurnEvents.resume_with(
+        EventType.STARTED,
+        claim.attempt,
+        session_id=session_id,
+        turn_id=claim.turn_id,
+        client=get_redis(),
+        retention=get_settings().event_retention,
+    )
     events.publish(EventType.TEXT, claim.attempt, text="Hello the")
     events.publish(EventType.TEXT, claim.attempt, text="re")
     reply = [AgentMessage(role="assistant", content="Hello there")]
-    assert claims.complete_turn(claim, reply, {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}).stored
+    assert claims.complete_turn(
+        claim, reply, {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}, engine=get_engine()
+    ).stored
     assert main(["watch", "--turn", str(claim.turn_id)]) == 0
     out, err = capsys.readouterr()
     assert out == "Hello there\n"

@@ -14,6 +14,7 @@ import pytest
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
+from chatq.settings import Settings
 from worker.gateway.app import create_app
 from worker.gateway.config import GatewaySettings
 from worker.gateway.openapi import BASE_SCHEMA
@@ -32,7 +33,9 @@ def _id(row: Endpoint) -> str:
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
-    with TestClient(create_app(GatewaySettings(tokens=(TOKEN,))), base_url="http://localhost") as client:
+    with TestClient(
+        create_app(GatewaySettings(tokens=(TOKEN,)), chatq=Settings()), base_url="http://localhost"
+    ) as client:
         yield client
 
 

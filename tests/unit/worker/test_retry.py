@@ -6,8 +6,9 @@ import dataclasses
 
 import pytest
 
+from chatq.settings import get_settings
 from tests.support.env import environ
-from worker.runtime.policy.retry import RetryCause, RetryDecision, RetryPolicy, retry_policy
+from worker.runtime.policy.retry import RetryCause, RetryDecision, RetryPolicy
 
 
 def test_the_agent_failing_is_retried_until_the_last_attempt_then_given_up() -> None:
@@ -40,7 +41,7 @@ def test_a_busy_session_is_looked_at_again_just_after_the_lease_runs_out() -> No
 
 def test_the_policy_comes_from_the_settings() -> None:
     with environ(CHATQ_MAX_ATTEMPTS="4", CHATQ_RETRY_DELAY="0.25"):
-        policy = retry_policy()
+        policy = RetryPolicy.from_settings(get_settings())
     assert (policy.max_attempts, policy.agent_delay) == (4, 0.25)
     assert policy.after_agent_failure(3).retry and not policy.after_agent_failure(4).retry
 
@@ -70,7 +71,7 @@ def test_waiting_for_a_slot_never_gives_up() -> None:
 
 def test_patience_comes_from_the_settings() -> None:
     with environ(CHATQ_PROVIDER_PATIENCE="42"):
-        assert retry_policy().provider_patience == 42.0
+        assert RetryPolicy.from_settings(get_settings()).provider_patience == 42.0
 
 
 def test_webhooks_back_off_from_the_first_delay_to_ten_minutes_for_about_an_hour() -> None:
@@ -89,7 +90,7 @@ def test_webhooks_back_off_from_the_first_delay_to_ten_minutes_for_about_an_hour
 
 def test_the_webhook_window_and_first_delay_come_from_the_settings() -> None:
     with environ(CHATQ_WEBHOOK_BACKOFF="0.5", CHATQ_WEBHOOK_RETRY_FOR="3"):
-        policy = retry_policy()
+        policy = RetryPolicy.from_settings(get_settings())
     assert (policy.webhook_base, policy.webhook_window) == (0.5, 3.0)
     assert [policy.after_webhook_attempt(n, 0.0).delay for n in (1, 2, 3)] == [0.5, 1.0, 2.0]
     assert not policy.after_webhook_attempt(3, 1.5).retry

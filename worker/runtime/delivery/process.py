@@ -1,10 +1,12 @@
 """What one worker process shares across its turns, handed to the runner as one object.
 
-`current_runtime()` gathers the process's settings, hooks, lease keeper, database, Redis client and
-refusal notifier; the `chatq.run_turn` task takes it once per delivery and the runner and claims use
-what they are given instead of fetching globals. Each part is a `chatq.per_process` value, built on
-first use and again after a fork; a test that resets the settings gets a runtime built from the new
-ones.
+A `Runtime` holds the process's settings, hooks, lease keeper, engine and Redis client as values.
+It is built at the edges only: `current_runtime()` at the Celery task entry (`worker.runtime.intake`)
+and the worker's signal handlers, the in-process test harness builds its own. Everything below
+(the runner, the store, the provider's limits, webhooks, recovery) takes it, or the connections
+on it, as an argument and fetches no global. Each part is a `chatq.per_process` value, built on
+first use and again after a fork; a test that resets the settings, or switches databases, gets a
+runtime built from the new ones.
 """
 
 from __future__ import annotations
@@ -14,11 +16,10 @@ from dataclasses import dataclass
 
 import redis
 from sqlalchemy import Engine
-from sqlalchemy.orm import Session, sessionmaker
 
 from chatq.per_process import PerProcess
 from chatq.settings import Settings, get_settings
-from models.db import get_engine, get_sessionmaker
+from models.db import get_engine
 from worker.events import get_redis
 from worker.runtime.observers.hooks import HookRegistry
 from worker.runtime.observers.observers import get_hooks
@@ -40,21 +41,10 @@ class Runtime:
     """Renews the leases of the turns this process runs."""
     retry: RetryPolicy
     """Whether and when a delivery is tried again, from `settings`."""
-
-    @property
-    def engine(self) -> Engine:
-        """The process's pooled engine (`models.db`; rebuilt when a test switches databases)."""
-        return get_engine()
-
-    @property
-    def sessions(self) -> sessionmaker[Session]:
-        """The session factory bound to `engine`."""
-        return get_sessionmaker()
-
-    @property
-    def redis(self) -> redis.Redis:
-        """The process's Redis client (`worker.events`)."""
-        return get_redis()
+    engine: Engine
+    """The pooled engine every Postgres statement of a turn runs on (`models.db.get_engine()` in a worker)."""
+    redis: redis.Redis
+    """The Redis client events, markers and the shared limits use (`worker.events.get_redis()` in a worker)."""
 
     @property
     def notifier(self) -> ThreadPoolExecutor:
@@ -64,11 +54,14 @@ class Runtime:
 
 def _build() -> Runtime:
     settings = get_settings()
+    engine = get_engine()
     return Runtime(
         settings=settings,
         hooks=get_hooks(),
-        leases=get_lease_keeper(),
+        leases=get_lease_keeper(settings, engine),
         retry=RetryPolicy.from_settings(settings),
+        engine=engine,
+        redis=get_redis(),
     )
 
 
@@ -80,9 +73,9 @@ _notifier: PerProcess[ThreadPoolExecutor] = PerProcess(
 
 
 def current_runtime() -> Runtime:
-    """This process's runtime; rebuilt when the settings were reset since it was built."""
+    """This process's runtime (for the edges only); rebuilt when the settings or connections were reset since."""
     runtime = _runtime.get()
-    if runtime.settings is not get_settings():
+    if runtime.settings is not get_settings() or runtime.engine is not get_engine() or runtime.redis is not get_redis():
         _runtime.reset()
         runtime = _runtime.get()
     return runtime

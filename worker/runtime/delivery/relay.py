@@ -23,7 +23,7 @@ from handlers.plain_run import plain_events
 from handlers.prepared import PreparedTurnHandler
 from worker.errors import HandBack, LeaseLost, TurnCancelled
 from worker.events import EventType, TextCoalescer, TurnEvents
-from worker.runtime.delivery.process import Runtime, current_runtime
+from worker.runtime.delivery.process import Runtime
 from worker.runtime.delivery.replies import validate_reply
 from worker.runtime.observers import hooks
 from worker.runtime.observers.hooks import Facts
@@ -50,8 +50,8 @@ def run_handler(
     events: TurnEvents,
     lease: TurnLease,
     *,
+    runtime: Runtime,
     started: float | None = None,
-    runtime: Runtime | None = None,
     journal: Journal | None = None,
 ) -> tuple[list[AgentMessage], Usage]:
     """Stream the session's handler on the turn, relaying text and tool events.
@@ -63,13 +63,12 @@ def run_handler(
     """
     from handlers import get_agent_handler
 
-    runtime = runtime or current_runtime()
     registry = runtime.hooks
     session = handler_session(claim.session)
     handler = get_agent_handler(session)
     source = _source(handler, session, claim, lease, runtime, journal)
     coalescer = TextCoalescer(events, claim.attempt, runtime.settings.text_coalesce_ms / 1000.0)
-    relay = _Relay(claim, events, lease, coalescer, registry, started)
+    relay = _Relay(Facts.of_claim(claim, runtime.settings), claim, events, lease, coalescer, registry, started)
     stream: Iterator[StreamEvent] | None = None
     try:
         # Under the lease's abort signal: a cancel, a lost lease or shutdown closes the model
@@ -141,6 +140,7 @@ class _Relay:
 
     def __init__(
         self,
+        facts: Facts,
         claim: claims.Claim,
         events: TurnEvents,
         lease: TurnLease,
@@ -148,7 +148,7 @@ class _Relay:
         registry: hooks.HookRegistry,
         started: float | None,
     ) -> None:
-        self.claim, self.events, self.lease, self.coalescer = claim, events, lease, coalescer
+        self.facts, self.claim, self.events, self.lease, self.coalescer = facts, claim, events, lease, coalescer
         self.registry, self.started = registry, started
         self.final: StreamEvent | None = None
         self.streamed = False
@@ -163,15 +163,13 @@ class _Relay:
                 if first_text and event.text and self.started is not None:
                     first_text = False
                     seconds = time.monotonic() - self.started
-                    self.registry.first_text(hooks.FirstText(turn=Facts.of_claim(claim), seconds=seconds))
+                    self.registry.first_text(hooks.FirstText(turn=self.facts, seconds=seconds))
                 self.coalescer.add(event.text)
             elif event.kind == StreamEventKind.TOOL and event.tool is not None:
                 self.coalescer.flush()
                 tool = {key: event.tool.get(key) for key in ("id", "name", "status")}
                 self.events.publish(EventType.TOOL, claim.attempt, tool=tool)
-                call = hooks.ToolCall(
-                    turn=Facts.of_claim(claim), name=tool["name"], call_id=tool["id"], status=tool["status"]
-                )
+                call = hooks.ToolCall(turn=self.facts, name=tool["name"], call_id=tool["id"], status=tool["status"])
                 self.registry.tool(call)
             elif event.kind == StreamEventKind.FINAL:
                 self.final = event

@@ -24,7 +24,7 @@ def open_journal(claim: claims.Claim, runtime: Runtime) -> TurnJournal:
         )
     except Exception:
         with contextlib.suppress(Exception):
-            claims.requeue_turn(claim, hand_back=True)
+            claims.requeue_turn(claim, engine=runtime.engine, hand_back=True)
         raise
 
 

@@ -24,7 +24,7 @@ from worker.errors import ConfigError, HandBack, InvalidTurn, LeaseLost, Session
 from worker.events import EventType, TurnEvents
 from worker.log_context import set_attempt, turn_context
 from worker.payload import TurnRequest
-from worker.runtime.delivery.process import Runtime, current_runtime
+from worker.runtime.delivery.process import Runtime
 from worker.runtime.delivery.relay import run_handler
 from worker.runtime.delivery.resume import announced, open_journal, resuming
 from worker.runtime.observers import hooks
@@ -68,13 +68,12 @@ class Result:
     """For SUCCEEDED: the total tokens the model service reported (they correct the shared limits)."""
 
 
-def execute_turn(request: TurnRequest, *, queue: str, worker: str, runtime: Runtime | None = None) -> Result:
+def execute_turn(request: TurnRequest, *, queue: str, worker: str, runtime: Runtime) -> Result:
     """Run one delivery of a turn end to end; outages (`worker.storable.is_outage`) propagate to the caller.
 
     Data Postgres refuses is never an outage: a claimed turn fails at once (`_run_claimed`), and a
     message refused before its claim is rejected here, with nothing stored.
     """
-    runtime = runtime or current_runtime()
     with turn_context(turn_id=request.turn_id, session_id=request.session_id):
         try:
             return _execute(request, queue=queue, worker=worker, runtime=runtime)
@@ -94,15 +93,15 @@ def _execute(request: TurnRequest, *, queue: str, worker: str, runtime: Runtime)
     )
     if handing_back():
         # A message taken just as the worker began shutting down: pass it on untouched.
-        send_turn(request.to_message(), queue=queue)
+        send_turn(request.to_message(), queue=queue, client=runtime.redis)
         registry.handed_back(hooks.HandedBack(turn=Facts.of_request(request), running=False))
         return Result(outcome=Outcome.HANDED_BACK)
     claimed = claims.claim_turn(
-        request.turn_id, worker=worker, session_id=request.session_id, settings=runtime.settings
+        request.turn_id, worker=worker, session_id=request.session_id, engine=runtime.engine, settings=runtime.settings
     )
     if claimed.status is claims.ClaimStatus.NOT_FOUND:
         try:
-            claims.ensure_turn(request, queue=queue)
+            claims.ensure_turn(request, queue=queue, engine=runtime.engine)
         except SessionDeleted:
             # A message left in Redis by a session deleted since: nothing to run, nothing to publish.
             log.info(
@@ -113,7 +112,11 @@ def _execute(request: TurnRequest, *, queue: str, worker: str, runtime: Runtime)
             reject(request.turn_id, request.session_id, exc.message, runtime=runtime)
             return Result(outcome=Outcome.FAILED, error=exc.message)
         claimed = claims.claim_turn(
-            request.turn_id, worker=worker, session_id=request.session_id, settings=runtime.settings
+            request.turn_id,
+            worker=worker,
+            session_id=request.session_id,
+            engine=runtime.engine,
+            settings=runtime.settings,
         )
     status = claimed.status
     if status is claims.ClaimStatus.CONFLICT:
@@ -128,16 +131,16 @@ def _execute(request: TurnRequest, *, queue: str, worker: str, runtime: Runtime)
         registry.retried(hooks.Retried(turn=Facts.of_request(request), cause=decision.cause, delay=decision.delay))
         return Result(outcome=Outcome.BUSY, retry_after=decision.delay)
     if status in (claims.ClaimStatus.POISONED, claims.ClaimStatus.CANCELLED):
-        events = TurnEvents.resume(session_id=request.session_id, turn_id=request.turn_id)
+        events = _events(request.session_id, request.turn_id, runtime)
         facts = Facts.of_request(request, attempt=claimed.attempt)
         if status is claims.ClaimStatus.POISONED:
             events.publish(EventType.ERROR, claimed.attempt, error=claimed.error)
             registry.failed(hooks.Failed(turn=facts, error=claimed.error or "", at_claim=True))
-            kick_next(request.session_id)
+            kick_next(request.session_id, engine=runtime.engine, client=runtime.redis)
             return Result(outcome=Outcome.FAILED, attempt=claimed.attempt, error=claimed.error)
         events.publish(EventType.CANCELLED, claimed.attempt)
         registry.cancelled(hooks.Cancelled(turn=facts, at_claim=True))
-        kick_next(request.session_id)
+        kick_next(request.session_id, engine=runtime.engine, client=runtime.redis)
         return Result(outcome=Outcome.CANCELLED)
     if claimed.claim is None:
         log.debug("turn %s: nothing to claim (%s)", request.turn_id, status.value)
@@ -150,10 +153,10 @@ def _execute(request: TurnRequest, *, queue: str, worker: str, runtime: Runtime)
 
 def give_back_unstarted(claim: claims.Claim, *, runtime: Runtime) -> Result:
     """Requeue a claimed turn that has not started (no `started` event yet) and send it again."""
-    if not claims.requeue_turn(claim, hand_back=True):
+    if not claims.requeue_turn(claim, engine=runtime.engine, hand_back=True):
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
-    send_turn(claim.to_message(), queue=claim.queue)
-    runtime.hooks.handed_back(hooks.HandedBack(turn=Facts.of_claim(claim), running=False))
+    send_turn(claim.to_message(), queue=claim.queue, client=runtime.redis)
+    runtime.hooks.handed_back(hooks.HandedBack(turn=Facts.of_claim(claim, runtime.settings), running=False))
     return Result(outcome=Outcome.HANDED_BACK)
 
 
@@ -161,14 +164,14 @@ def run_admitted(claim: claims.Claim, *, runtime: Runtime) -> Result:
     """Run a claimed turn once its model's shared limits give it a slot (`worker.runtime.policy.provider`),
     else put it back to wait for one without holding this thread."""
     try:
-        admission = provider.admit(claim)
+        admission = provider.admit(claim, runtime=runtime)
     except Exception:
         # Redis unreachable: give the turn back now (else it waits for its lease to run out).
         with contextlib.suppress(Exception):
-            claims.requeue_turn(claim, hand_back=True)
+            claims.requeue_turn(claim, engine=runtime.engine, hand_back=True)
         raise
     if admission.waiting:
-        decision = provider.hold(claim, admission)
+        decision = provider.hold(claim, admission, runtime=runtime)
         if decision is None:
             return Result(outcome=Outcome.LOST, attempt=claim.attempt)
         return Result(outcome=Outcome.WAITING, retry_after=decision.delay)
@@ -178,15 +181,14 @@ def run_admitted(claim: claims.Claim, *, runtime: Runtime) -> Result:
         return result
     finally:
         succeeded = result is not None and result.outcome is Outcome.SUCCEEDED
-        provider.finish(admission, claim, succeeded=succeeded, tokens=result.tokens if result else 0)
+        provider.finish(admission, claim, succeeded=succeeded, tokens=result.tokens if result else 0, runtime=runtime)
 
 
-def run_claimed(claim: claims.Claim, *, runtime: Runtime | None = None) -> Result:
+def run_claimed(claim: claims.Claim, *, runtime: Runtime) -> Result:
     """Run the handler for a claimed turn and record how it ended (`started` ... `ended` hooks)."""
-    runtime = runtime or current_runtime()
     set_attempt(claim.attempt)
     started = time.monotonic()
-    facts = Facts.of_claim(claim)
+    facts = Facts.of_claim(claim, runtime.settings)
     registry = runtime.hooks
     registry.started(hooks.Started(turn=facts, deliveries=claim.deliveries))
     outcome, error = "raised", None
@@ -198,11 +200,8 @@ def run_claimed(claim: claims.Claim, *, runtime: Runtime | None = None) -> Resul
         registry.ended(hooks.Ended(turn=facts, outcome=outcome, seconds=time.monotonic() - started, error=error))
 
 
-def retry_after_outage(
-    request: TurnRequest, exc: BaseException, retries: int, *, runtime: Runtime | None = None
-) -> RetryDecision:
+def retry_after_outage(request: TurnRequest, exc: BaseException, retries: int, *, runtime: Runtime) -> RetryDecision:
     """The policy's answer to an outage (`worker.storable.is_outage`) in the `retries`-th re-delivery."""
-    runtime = runtime or current_runtime()
     decision = runtime.retry.after_outage(retries)
     error = mask_secrets(str(exc)).splitlines()[0] if str(exc) else type(exc).__name__
     runtime.hooks.retried(
@@ -215,7 +214,7 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
     registry = runtime.hooks
     journal = open_journal(claim, runtime)
     if claim.deliveries > 1:
-        events = TurnEvents.resume(session_id=claim.session.id, turn_id=claim.turn_id)
+        events = _events(claim.session.id, claim.turn_id, runtime)
         # The previous delivery ended without a clean hand-back (its worker died or lost its
         # lease) after publishing partial text: tell consumers to drop it, as for any retry
         # (all but its finished steps, which this attempt continues after).
@@ -225,7 +224,12 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
         # The usual case: number `started` after the stream's newest event and publish it in one
         # round trip, on the path from the message's arrival to the user's first sign of life.
         events = TurnEvents.resume_with(
-            EventType.STARTED, claim.attempt, session_id=claim.session.id, turn_id=claim.turn_id
+            EventType.STARTED,
+            claim.attempt,
+            session_id=claim.session.id,
+            turn_id=claim.turn_id,
+            client=runtime.redis,
+            retention=runtime.settings.event_retention,
         )
     keeper = runtime.leases
     lease = keeper.register(claim.turn_id, claim.lease_token)
@@ -233,28 +237,28 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
         with running_turn(claim.turn_id, claim.attempt):
             messages, usage = run_handler(claim, events, lease, started=started, runtime=runtime, journal=journal)
     except TurnCancelled:
-        ended = claims.finish_turn(claim, TurnStatus.CANCELLED)
+        ended = claims.finish_turn(claim, TurnStatus.CANCELLED, engine=runtime.engine)
         if ended.stored:
             events.publish(EventType.CANCELLED, claim.attempt)
-            registry.cancelled(hooks.Cancelled(turn=Facts.of_claim(claim)))
-            send_next(ended.next_turn)
+            registry.cancelled(hooks.Cancelled(turn=Facts.of_claim(claim, runtime.settings)))
+            send_next(ended.next_turn, client=runtime.redis)
         return Result(outcome=Outcome.CANCELLED, attempt=claim.attempt)
     except HandBack:
         return hand_back(claim, events, runtime=runtime, resumed_after=journal.finished_steps)
     except LeaseLost:
-        registry.lost(hooks.Lost(turn=Facts.of_claim(claim), storing=False))
+        registry.lost(hooks.Lost(turn=Facts.of_claim(claim, runtime.settings), storing=False))
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     except StepNotRecorded as exc:
         if exc.stale:
             # Another attempt holds the turn now (or it ended): this one stops, writing nothing more.
-            registry.lost(hooks.Lost(turn=Facts.of_claim(claim), storing=False))
+            registry.lost(hooks.Lost(turn=Facts.of_claim(claim, runtime.settings), storing=False))
             return Result(outcome=Outcome.LOST, attempt=claim.attempt)
         cause = exc.__cause__
         if cause is None or not is_outage(cause):
             return fail(claim, events, exc.message, runtime=runtime)
         # Postgres went away under a journal write: an outage, as below (the delivery is retried).
         with contextlib.suppress(Exception):
-            if claims.requeue_turn(claim, hand_back=True):
+            if claims.requeue_turn(claim, engine=runtime.engine, hand_back=True):
                 events.publish(EventType.RETRY, claim.attempt, **resuming("a service restarted", journal))
         raise cause from exc
     except ProviderBusy as exc:
@@ -269,7 +273,7 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
             # Infrastructure: give the turn back if the database lets us (else its lease runs out),
             # and let the task retry the delivery.
             with contextlib.suppress(Exception):
-                if claims.requeue_turn(claim, hand_back=True):
+                if claims.requeue_turn(claim, engine=runtime.engine, hand_back=True):
                     events.publish(EventType.RETRY, claim.attempt, **resuming("a service restarted", journal))
             raise
         if is_refusal(exc):
@@ -282,7 +286,7 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
     finally:
         keeper.unregister(lease)
     try:
-        completed = claims.complete_turn(claim, messages, usage)
+        completed = claims.complete_turn(claim, messages, usage, engine=runtime.engine)
     except InvalidTurn as exc:
         return fail(claim, events, exc.message, runtime=runtime)
     except Exception as exc:
@@ -292,7 +296,7 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
         # again only to be refused again, so the turn fails now, once.
         return fail(claim, events, refusal_message(exc, "the reply"), runtime=runtime)
     if not completed.stored:
-        registry.lost(hooks.Lost(turn=Facts.of_claim(claim), storing=True))
+        registry.lost(hooks.Lost(turn=Facts.of_claim(claim, runtime.settings), storing=True))
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     stored = time.monotonic() - started
     events.publish(
@@ -303,7 +307,7 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
     )
     registry.succeeded(
         hooks.Succeeded(
-            turn=Facts.of_claim(claim),
+            turn=Facts.of_claim(claim, runtime.settings),
             seconds=stored,
             messages=len(messages),
             prompt_tokens=usage.get("prompt_tokens", 0),
@@ -311,21 +315,19 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
             total_tokens=usage.get("total_tokens", 0),
         )
     )
-    send_next(completed.next_turn)
+    send_next(completed.next_turn, client=runtime.redis)
     return Result(outcome=Outcome.SUCCEEDED, attempt=claim.attempt, tokens=usage.get("total_tokens", 0))
 
 
-def hand_back(
-    claim: claims.Claim, events: TurnEvents, *, runtime: Runtime | None = None, resumed_after: int = 0
-) -> Result:
+def hand_back(claim: claims.Claim, events: TurnEvents, *, runtime: Runtime, resumed_after: int = 0) -> Result:
     """Requeue a turn interrupted by shutdown and send it again, so another worker runs it now
     (after its `resumed_after` finished steps)."""
-    if not claims.requeue_turn(claim, hand_back=True):
+    if not claims.requeue_turn(claim, engine=runtime.engine, hand_back=True):
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     why = "the worker is shutting down; another worker takes the turn"
     events.publish(EventType.RETRY, claim.attempt, **announced(why, resumed_after))
-    send_turn(claim.to_message(), queue=claim.queue)
-    (runtime or current_runtime()).hooks.handed_back(hooks.HandedBack(turn=Facts.of_claim(claim), running=True))
+    send_turn(claim.to_message(), queue=claim.queue, client=runtime.redis)
+    runtime.hooks.handed_back(hooks.HandedBack(turn=Facts.of_claim(claim, runtime.settings), running=True))
     return Result(outcome=Outcome.HANDED_BACK, attempt=claim.attempt)
 
 
@@ -334,20 +336,24 @@ def handle_agent_failure(
     events: TurnEvents,
     exc: AgentInvocationError,
     *,
-    runtime: Runtime | None = None,
+    runtime: Runtime,
     resumed_after: int = 0,
 ) -> Result:
     """Retry as the policy says (CHATQ_MAX_ATTEMPTS invocations in all), then fail the turn.
 
     The retry continues after the `resumed_after` steps the turn finished (its `retry` event says so)."""
-    runtime = runtime or current_runtime()
     error = mask_secrets(exc.message)
     decision = runtime.retry.after_agent_failure(claim.attempt)
     if decision.retry:
-        if claims.requeue_turn(claim, error=error):
+        if claims.requeue_turn(claim, engine=runtime.engine, error=error):
             events.publish(EventType.RETRY, claim.attempt, **announced(error, resumed_after))
             runtime.hooks.retried(
-                hooks.Retried(turn=Facts.of_claim(claim), cause=decision.cause, delay=decision.delay, error=error)
+                hooks.Retried(
+                    turn=Facts.of_claim(claim, runtime.settings),
+                    cause=decision.cause,
+                    delay=decision.delay,
+                    error=error,
+                )
             )
             return Result(outcome=Outcome.RETRY, retry_after=decision.delay, attempt=claim.attempt)
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
@@ -358,46 +364,53 @@ def wait_for_provider(claim: claims.Claim, events: TurnEvents, exc: ProviderBusy
     """The model service refused before the first text: wait as the policy says, or fail when patience ran out."""
     if not runtime.settings.provider_limits:
         return handle_agent_failure(claim, events, exc, runtime=runtime)
-    decision = provider.on_busy(claim, events, exc)
+    decision = provider.on_busy(claim, events, exc, runtime=runtime)
     if decision is None:
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     if not decision.retry:
-        return fail(claim, events, provider.patience_error(exc), runtime=runtime)
+        return fail(claim, events, provider.patience_error(exc, runtime.settings), runtime=runtime)
     return Result(outcome=Outcome.WAITING, retry_after=decision.delay, attempt=claim.attempt)
 
 
-def fail(claim: claims.Claim, events: TurnEvents, error: str, *, runtime: Runtime | None = None) -> Result:
+def fail(claim: claims.Claim, events: TurnEvents, error: str, *, runtime: Runtime) -> Result:
     """End the turn as failed with a user-visible error (secrets masked, storable)."""
     error = clean_text(mask_secrets(error))
-    ended = claims.finish_turn(claim, TurnStatus.FAILED, error)
+    ended = claims.finish_turn(claim, TurnStatus.FAILED, error, engine=runtime.engine)
     if not ended.stored:
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     events.publish(EventType.ERROR, claim.attempt, error=error)
-    (runtime or current_runtime()).hooks.failed(hooks.Failed(turn=Facts.of_claim(claim), error=error))
-    send_next(ended.next_turn)
+    runtime.hooks.failed(hooks.Failed(turn=Facts.of_claim(claim, runtime.settings), error=error))
+    send_next(ended.next_turn, client=runtime.redis)
     return Result(outcome=Outcome.FAILED, attempt=claim.attempt, error=error)
 
 
-def reject(turn_id: uuid.UUID, session_id: uuid.UUID | None, error: str, *, runtime: Runtime | None = None) -> None:
+def reject(turn_id: uuid.UUID, session_id: uuid.UUID | None, error: str, *, runtime: Runtime) -> None:
     """Refuse an invalid turn message: no retry, nothing stored, one clear log line.
 
     Consumers of the session's channel get an `error` event, unless a valid turn with this id
     exists (then the malformed message was a stray copy, and the real turn goes on).
     """
     error = clean_text(mask_secrets(error))
-    (runtime or current_runtime()).hooks.rejected(hooks.Rejected(turn_id=turn_id, session_id=session_id, error=error))
+    runtime.hooks.rejected(hooks.Rejected(turn_id=turn_id, session_id=session_id, error=error))
     if turn_id.int == 0 or session_id is None:
         return
-    publish_rejection(turn_id, session_id, error)
+    publish_rejection(turn_id, session_id, error, runtime=runtime)
 
 
-def publish_rejection(turn_id: uuid.UUID, session_id: uuid.UUID, error: str) -> None:
+def publish_rejection(turn_id: uuid.UUID, session_id: uuid.UUID, error: str, *, runtime: Runtime) -> None:
     """The `error` event of a refused message, unless a valid turn with its id exists."""
     error = clean_text(mask_secrets(error))
     try:
-        if turns.turn_exists(turn_id):
+        if turns.turn_exists(turn_id, engine=runtime.engine):
             return
     except Exception as exc:
         log.warning("turn %s: could not check for an existing turn: %s", turn_id, mask_secrets(str(exc)))
         return
-    TurnEvents.resume(session_id=session_id, turn_id=turn_id).publish(EventType.ERROR, 0, error=error)
+    _events(session_id, turn_id, runtime).publish(EventType.ERROR, 0, error=error)
+
+
+def _events(session_id: uuid.UUID, turn_id: uuid.UUID, runtime: Runtime) -> TurnEvents:
+    """A publisher that continues the turn's numbering, on the runtime's Redis."""
+    return TurnEvents.resume(
+        session_id=session_id, turn_id=turn_id, client=runtime.redis, retention=runtime.settings.event_retention
+    )

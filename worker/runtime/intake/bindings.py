@@ -23,20 +23,19 @@ _TABLES = ("_kombu.binding.%s", "_kombu.binding_permanent.%s")
 """kombu's Redis keys holding an exchange's bindings (5.x)."""
 
 
-def declare_queues(app: Any) -> None:
+def declare_queues(app: Any, client: Any) -> None:
     """Declare chatq's queues (cheap and idempotent), then drop stray bindings.
 
     A Redis that lost its data (FLUSHDB, a restart without persistence) also lost kombu's queue
     bindings, and producers that declared them before will not again: their messages would go
-    nowhere until someone declares the queues. Workers do at start and in each sweep.
+    nowhere until someone declares the queues. Workers do at start and in each sweep. `client` is
+    the Redis client the bindings are read with (the runtime's).
     """
-    from worker.events import get_redis
-
     queues = tuple(app.conf.task_queues)
     with app.connection_for_write() as connection:
         for queue in queues:
             queue(connection.default_channel).declare()
-    drop_stray_bindings(get_redis(), queues)
+    drop_stray_bindings(client, queues)
 
 
 def drop_stray_bindings(client: Any, queues: tuple[Queue, ...]) -> int:

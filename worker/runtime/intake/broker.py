@@ -10,6 +10,8 @@ and the worker logs that once. The channel also reuses one redis-py client per c
 (`chatq.shortcuts.kombu_channel`, a performance shortcut with its own fallback).
 
 Selected with `broker_transport` in `celeryconfig.py`; URLs, options and TLS work as with kombu's.
+The item limit comes in the same way, as the transport option `chatq_item_limit` that celeryconfig
+derives from the process's settings (kombu's `from_transport_options`): the transport reads none.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from kombu.transport import redis as kombu_redis
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
 
-from chatq.settings import get_settings
+from chatq.settings import load_settings
 from chatq.shortcuts.kombu_channel import ClientReusingChannel
 from worker.payload import GUARDED_QUEUES
 from worker.runtime.intake import intake
@@ -37,6 +39,10 @@ __all__ = ["Channel", "Transport"]
 
 class Channel(ClientReusingChannel):
     """kombu's Redis channel (one client per channel), with each item of chatq's queues checked first."""
+
+    from_transport_options = (*ClientReusingChannel.from_transport_options, "chatq_item_limit")
+    chatq_item_limit: int = intake.max_item_bytes(load_settings({}))
+    """The largest item let through: the transport option celeryconfig sets, else that of the default limits."""
 
     if _GUARDED:
 
@@ -67,7 +73,7 @@ class Channel(ClientReusingChannel):
         """The parsed envelope of an acceptable item, or None once a refused one is set aside."""
         if queue not in GUARDED_QUEUES:
             return loads(bytes_to_str(item))  # type: ignore[no-any-return]
-        verdict = intake.inspect(item, queue=queue, tasks=_task_names(), limit=_item_limit())
+        verdict = intake.inspect(item, queue=queue, tasks=_task_names(), limit=self.chatq_item_limit)
         if isinstance(verdict, intake.Accepted):
             return verdict.payload
         self._refuse(queue, item, verdict.reason, verdict.turn_id, verdict.session_id)
@@ -113,10 +119,6 @@ def _task_names() -> frozenset[str]:
     from worker.app import app
 
     return frozenset(name for name in app.tasks if name.startswith("chatq."))
-
-
-def _item_limit() -> int:
-    return intake.max_item_bytes(get_settings())
 
 
 if not _GUARDED:

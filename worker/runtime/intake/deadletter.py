@@ -12,10 +12,13 @@ import json
 import logging
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chatq.settings import mask_secrets
 from worker.runtime.observers.hook_points import MessageSetAside
+
+if TYPE_CHECKING:
+    from worker.runtime.delivery.process import Runtime
 from worker.runtime.observers.observers import get_hooks
 
 __all__ = ["DEAD_LETTER_KEY", "DEAD_LETTER_MAX", "DEAD_LETTER_TTL", "notify_refused", "set_aside"]
@@ -56,13 +59,14 @@ def notify_refused(turn_id: uuid.UUID, session_id: uuid.UUID, reason: str) -> No
     """Publish the refused turn's `error` event off the consumer thread (it may touch Postgres)."""
     from worker.runtime.delivery.process import current_runtime
 
-    current_runtime().notifier.submit(_notify, turn_id, session_id, reason)
+    runtime = current_runtime()
+    runtime.notifier.submit(_notify, turn_id, session_id, reason, runtime)
 
 
-def _notify(turn_id: uuid.UUID, session_id: uuid.UUID, reason: str) -> None:
+def _notify(turn_id: uuid.UUID, session_id: uuid.UUID, reason: str, runtime: Runtime) -> None:
     from worker.runtime.delivery.runner import publish_rejection
 
     try:
-        publish_rejection(turn_id, session_id, reason)
+        publish_rejection(turn_id, session_id, reason, runtime=runtime)
     except Exception as exc:
         log.warning("turn %s: could not publish its refusal: %s", turn_id, mask_secrets(str(exc)))

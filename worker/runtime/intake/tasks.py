@@ -16,7 +16,6 @@ from worker.errors import InvalidTurn, TurnFailed
 from worker.payload import BATCH_QUEUE, INTERACTIVE_QUEUE, parse_turn_request, parse_uuid, redacted_kwargs
 from worker.runtime.delivery.process import current_runtime
 from worker.runtime.delivery.runner import Outcome, execute_turn, reject, retry_after_outage
-from worker.runtime.policy.retry import retry_policy
 from worker.storable import OUTAGE_ERRORS
 
 # Postgres or Redis unreachable or restarting: the turn is not at fault, so retry without limit,
@@ -52,7 +51,7 @@ def run_turn(self: Task[Any, Any], *args: Any, **kwargs: Any) -> str:
     try:
         if args:
             raise InvalidTurn("chatq.run_turn takes keyword arguments only")
-        request = parse_turn_request(kwargs, task_id=self.request.id)
+        request = parse_turn_request(kwargs, task_id=self.request.id, settings=runtime.settings)
     except InvalidTurn as exc:
         reject(*_ids(kwargs, self.request.id), exc.message, runtime=runtime)
         raise TurnFailed(f"rejected: {exc.message}") from None
@@ -105,6 +104,7 @@ def deliver_webhook(self: Task[Any, Any], *args: Any, **kwargs: Any) -> str:
     """POST an ended turn to its webhook, one attempt per run (docs/contract.md, "Webhooks")."""
     from worker.runtime.webhooks.deliveries import WEBHOOK_QUEUE, DeliveryOutcome, deliver
 
+    runtime = current_runtime()
     try:
         if args or set(kwargs) != {"delivery_id"}:
             raise InvalidTurn("chatq.deliver_webhook takes one keyword argument, delivery_id")
@@ -112,9 +112,9 @@ def deliver_webhook(self: Task[Any, Any], *args: Any, **kwargs: Any) -> str:
     except InvalidTurn as exc:
         raise TurnFailed(f"rejected: {exc.message}") from None
     try:
-        result = deliver(delivery_id)
+        result = deliver(delivery_id, runtime=runtime)
     except INFRASTRUCTURE_ERRORS as exc:
-        decision = retry_policy().after_outage(self.request.retries)
+        decision = runtime.retry.after_outage(self.request.retries)
         raise self.retry(exc=exc, countdown=decision.delay, queue=WEBHOOK_QUEUE) from None
     if result.outcome in (DeliveryOutcome.RETRY, DeliveryOutcome.BUSY):
         raise self.retry(countdown=result.retry_after, queue=WEBHOOK_QUEUE)
@@ -126,7 +126,7 @@ def sweep() -> dict[str, int]:
     """Re-send lost turns and take over expired leases (run by `chatq beat`, under the workers' sweep lock)."""
     from worker.runtime.recovery.sweeper import sweep_exclusively
 
-    report = sweep_exclusively(current_runtime().settings)
+    report = sweep_exclusively(current_runtime())
     return report.as_dict() if report is not None else {"skipped": 1}
 
 
@@ -150,4 +150,4 @@ def _reject_invalid_message(
         reason = f"invalid task message: {exception}"
     else:
         reason = f"the task's keyword arguments must be an object, got {type(kwargs).__name__}"
-    reject(*_ids({}, task_id), reason)
+    reject(*_ids({}, task_id), reason, runtime=current_runtime())

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+
+import redis
+from sqlalchemy import Engine
 
 from chatq.settings import mask_secrets
 from worker.deletion import forget_turns
@@ -22,13 +26,17 @@ class ForgetDeletedTurns(hooks.TurnHooks):
     checked (one query each), never those that succeeded or failed.
     """
 
+    def __init__(self, engine: Callable[[], Engine], client: Callable[[], redis.Redis]) -> None:
+        self._engine, self._client = engine, client
+        """The process's engine and Redis client, asked for when a turn ends (the wiring edge hands them in)."""
+
     def ended(self, event: hooks.Ended) -> None:
         if event.outcome not in ("lost", "cancelled"):
             return
         turn_id = event.turn.turn_id
         try:
-            if not turns.turn_exists(turn_id):
-                forget_turns([turn_id])
+            if not turns.turn_exists(turn_id, engine=self._engine()):
+                forget_turns([turn_id], client=self._client())
         except Exception as exc:  # an observer never breaks a turn
             log.warning(
                 "turn %s: could not check for a deleted turn: %s",

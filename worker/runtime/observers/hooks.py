@@ -38,7 +38,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from chatq.settings import get_settings, mask_secrets
+from chatq.settings import Settings, mask_secrets
 from worker.runtime.observers.hook_points import ServiceEmitter, ServiceHooks
 from worker.runtime.policy.retry import RetryCause
 
@@ -67,15 +67,15 @@ class Facts:
     """Whether the turn or its session has a webhook (known from the claim); None when the delivery ran no attempt."""
 
     @classmethod
-    def of_claim(cls, claim: Claim) -> Facts:
-        """The facts of a claimed turn's attempt."""
+    def of_claim(cls, claim: Claim, settings: Settings) -> Facts:
+        """The facts of a claimed turn's attempt (`settings`, the runtime's, name the default model)."""
         return cls(
             turn_id=claim.turn_id,
             session_id=claim.session.id,
             attempt=claim.attempt,
             framework=claim.session.agent_framework,
             # A session without a model (NULL) runs on this worker's default.
-            model=get_settings().session_model(claim.session.model),
+            model=settings.session_model(claim.session.model),
             has_webhook=claim.has_webhook,
         )
 

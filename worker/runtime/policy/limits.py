@@ -33,7 +33,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from worker.events import get_redis
+import redis
+
 from worker.runtime.policy.limit_scripts import ACQUIRE, RELEASE, THROTTLED
 
 __all__ = [
@@ -121,8 +122,7 @@ def known_scopes() -> list[Scope]:
     return list(_seen.values())
 
 
-def _script(name: str, source: str) -> Any:
-    client = get_redis()
+def _script(client: redis.Redis, name: str, source: str) -> Any:
     cached = _scripts.get(name)
     if cached is None or cached[0] is not client:
         cached = (client, client.register_script(source))
@@ -130,10 +130,12 @@ def _script(name: str, source: str) -> Any:
     return cached[1]
 
 
-def acquire(scope: Scope, member: str, *, interactive: bool, hint_tokens: int, lease_seconds: float) -> Grant:
+def acquire(
+    client: redis.Redis, scope: Scope, member: str, *, interactive: bool, hint_tokens: int, lease_seconds: float
+) -> Grant:
     """Take a slot for `member` (a turn id) if the scope's limits allow it now, else say when to ask again."""
     _seen.setdefault(scope.key, scope)
-    reply = _script("acquire", ACQUIRE)(
+    reply = _script(client, "acquire", ACQUIRE)(
         keys=list(scope.keys()),
         args=[
             member,
@@ -156,16 +158,19 @@ def acquire(scope: Scope, member: str, *, interactive: bool, hint_tokens: int, l
     )
 
 
-def release(scope: Scope, member: str, *, succeeded: bool, seconds: float, estimate: int, tokens: int) -> None:
+def release(
+    client: redis.Redis, scope: Scope, member: str, *, succeeded: bool, seconds: float, estimate: int, tokens: int
+) -> None:
     """Give the slot back; a success corrects the token charge and raises the adaptive limits a little."""
     hash_key, slots, _, sent = scope.keys()
-    _script("release", RELEASE)(
+    _script(client, "release", RELEASE)(
         keys=[hash_key, slots, sent],
         args=[member, "ok" if succeeded else "other", int(seconds * 1000), estimate, max(tokens, 0), scope.tpm],
     )
 
 
 def throttled(
+    client: redis.Redis,
     scope: Scope,
     *,
     kind: str,
@@ -177,7 +182,7 @@ def throttled(
     `retry_after` (seconds) holds every sender of the scope back until then."""
     hash_key, slots, _, sent = scope.keys()
     wait_ms = int(max(retry_after or 0.0, 0.0) * 1000)
-    a_rpm, a_tpm, a_conc = _script("throttled", THROTTLED)(
+    a_rpm, a_tpm, a_conc = _script(client, "throttled", THROTTLED)(
         keys=[hash_key, slots, sent], args=[kind, limit_requests or 0, limit_tokens or 0, BETA, wait_ms]
     )
     return LimitState(
@@ -188,10 +193,10 @@ def throttled(
     )
 
 
-def state(scope: Scope) -> LimitState:
+def state(client: redis.Redis, scope: Scope) -> LimitState:
     """The scope's limits now: configured and adaptive combined."""
     hash_key, slots, _, _ = scope.keys()
-    pipe = get_redis().pipeline(transaction=False)
+    pipe = client.pipeline(transaction=False)
     pipe.hmget(hash_key, ["a_rpm", "a_tpm", "a_conc"])
     pipe.zcard(slots)
     (a_rpm, a_tpm, a_conc), held = pipe.execute()
@@ -209,15 +214,15 @@ def _effective(configured: float, adaptive: float) -> float:
     return max(configured, adaptive)
 
 
-def mark_held(model: str, reason: str, until: float) -> None:
+def mark_held(client: redis.Redis, model: str, reason: str, until: float) -> None:
     """Note that turns of `model` are held back until Unix time `until` (read by `held_back`)."""
-    get_redis().hset(HELD_KEY, model, json.dumps({"reason": reason, "until": round(until, 3)}))
+    client.hset(HELD_KEY, model, json.dumps({"reason": reason, "until": round(until, 3)}))
 
 
-def held_back(now: float) -> dict[str, dict[str, Any]]:
+def held_back(client: redis.Redis, now: float) -> dict[str, dict[str, Any]]:
     """Models whose turns are held back at Unix time `now`: model -> `{"reason", "until"}`."""
     found: dict[str, dict[str, Any]] = {}
-    for model, raw in (get_redis().hgetall(HELD_KEY) or {}).items():
+    for model, raw in (client.hgetall(HELD_KEY) or {}).items():
         try:
             entry = json.loads(raw)
         except (TypeError, ValueError):

@@ -17,20 +17,23 @@ import logging
 import random
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from chatq.model_limits import limit_for
-from chatq.settings import ECHO_MODEL, get_settings, mask_secrets
+from chatq.settings import ECHO_MODEL, Settings, mask_secrets
 from handlers.errors import ProviderBusy
 from handlers.tokens import count_tokens
-from worker.events import EventType, TurnEvents, get_redis
+from worker.events import EventType, TurnEvents
 from worker.payload import INTERACTIVE_QUEUE
 from worker.runtime.observers import hook_points, hooks
 from worker.runtime.observers.hooks import Facts
-from worker.runtime.observers.observers import get_hooks
 from worker.runtime.policy import limits
-from worker.runtime.policy.retry import RetryDecision, retry_policy
+from worker.runtime.policy.retry import RetryDecision
 from worker.storable import is_outage
 from worker.store import claims
+
+if TYPE_CHECKING:
+    from worker.runtime.delivery.process import Runtime
 
 __all__ = ["Admission", "admit", "finish", "hold", "on_busy", "scope_of"]
 
@@ -74,9 +77,8 @@ class Admission:
         return self.grant is not None and not self.grant.granted
 
 
-def scope_of(claim: claims.Claim) -> limits.Scope | None:
+def scope_of(claim: claims.Claim, settings: Settings) -> limits.Scope | None:
     """The limits the turn's model runs under (None: none apply)."""
-    settings = get_settings()
     model = settings.session_model(claim.session.model)
     if not settings.provider_limits or model == ECHO_MODEL or claim.session.agent_framework not in _OPENAI:
         return None
@@ -95,18 +97,19 @@ def scope_of(claim: claims.Claim) -> limits.Scope | None:
 _OPENAI = frozenset({"langgraph", "none", "plain_openai"})
 
 
-def admit(claim: claims.Claim) -> Admission:
+def admit(claim: claims.Claim, *, runtime: Runtime) -> Admission:
     """Take a slot for the claimed turn under its model's limits (or learn that it must wait)."""
-    scope = scope_of(claim)
+    scope = scope_of(claim, runtime.settings)
     if scope is None:
         return Admission(scope=None, grant=None, started=time.monotonic())
     try:
         grant = limits.acquire(
+            runtime.redis,
             scope,
             str(claim.turn_id),
             interactive=claim.queue == INTERACTIVE_QUEUE,
             hint_tokens=count_tokens(claim.content) + REPLY_TOKENS,
-            lease_seconds=get_settings().turn_timeout + SLOT_MARGIN,
+            lease_seconds=runtime.settings.turn_timeout + SLOT_MARGIN,
         )
     except Exception as exc:
         if is_outage(exc):
@@ -115,16 +118,17 @@ def admit(claim: claims.Claim) -> Admission:
         log.warning("turn %s: the shared limits failed, running without them: %s", claim.turn_id, exc)
         return Admission(scope=None, grant=None, started=time.monotonic())
     if grant.granted:
-        get_hooks().provider_admitted(hook_points.ProviderAdmitted(model=scope.model))
+        runtime.hooks.provider_admitted(hook_points.ProviderAdmitted(model=scope.model))
     return Admission(scope=scope, grant=grant, started=time.monotonic())
 
 
-def finish(admission: Admission, claim: claims.Claim, *, succeeded: bool, tokens: int) -> None:
+def finish(admission: Admission, claim: claims.Claim, *, succeeded: bool, tokens: int, runtime: Runtime) -> None:
     """Give the slot back (best effort: it lapses on its own otherwise)."""
     if admission.scope is None or admission.grant is None or not admission.grant.granted:
         return
     try:
         limits.release(
+            runtime.redis,
             admission.scope,
             str(claim.turn_id),
             succeeded=succeeded,
@@ -133,36 +137,39 @@ def finish(admission: Admission, claim: claims.Claim, *, succeeded: bool, tokens
             tokens=tokens,
         )
         if succeeded:
-            get_redis().delete(_busy_key(claim))
+            runtime.redis.delete(_busy_key(claim))
     except Exception as exc:
         log.warning("turn %s: could not release its slot (it lapses): %s", claim.turn_id, mask_secrets(str(exc)))
 
 
-def hold(claim: claims.Claim, admission: Admission) -> RetryDecision | None:
+def hold(claim: claims.Claim, admission: Admission, *, runtime: Runtime) -> RetryDecision | None:
     """Put a turn without a slot back until the limiter's time; None if the turn was not ours any more."""
     assert admission.grant is not None and admission.scope is not None
-    decision = retry_policy().when_no_slot(admission.grant.wait)
-    if not claims.hold_turn(claim, seconds=decision.delay):
+    decision = runtime.retry.when_no_slot(admission.grant.wait)
+    if not claims.hold_turn(claim, engine=runtime.engine, seconds=decision.delay):
         return None
-    get_hooks().slot_wait(
+    runtime.hooks.slot_wait(
         hook_points.SlotWait(model=admission.scope.model, reason=admission.grant.reason, seconds=decision.delay)
     )
-    _announce(claim, admission.scope.model, admission.grant.reason, decision, attempt=claim.attempt - 1)
+    _announce(
+        claim, admission.scope.model, admission.grant.reason, decision, attempt=claim.attempt - 1, runtime=runtime
+    )
     return decision
 
 
-def on_busy(claim: claims.Claim, events: TurnEvents, exc: ProviderBusy) -> RetryDecision | None:
+def on_busy(claim: claims.Claim, events: TurnEvents, exc: ProviderBusy, *, runtime: Runtime) -> RetryDecision | None:
     """The service refused the turn before its first text: adapt the limits, then wait or give up.
 
     Returns the decision (`retry` False: patience ran out, the caller fails the turn), or None when
     the turn was not ours any more.
     """
-    scope = scope_of(claim)
-    model = scope.model if scope else get_settings().session_model(claim.session.model)
-    get_hooks().provider_refused(hook_points.ProviderRefused(model=model, status=str(exc.status or exc.reason)))
+    scope = scope_of(claim, runtime.settings)
+    model = scope.model if scope else runtime.settings.session_model(claim.session.model)
+    runtime.hooks.provider_refused(hook_points.ProviderRefused(model=model, status=str(exc.status or exc.reason)))
     if scope is not None and exc.reason in ("rate_limited", "overloaded"):
         try:
             limits.throttled(
+                runtime.redis,
                 scope,
                 kind=exc.reason,
                 limit_requests=exc.limit_requests,
@@ -171,21 +178,23 @@ def on_busy(claim: claims.Claim, events: TurnEvents, exc: ProviderBusy) -> Retry
             )
         except Exception as error:  # adapting is best effort; the wait below still happens
             log.warning("turn %s: could not lower the model's limits: %s", claim.turn_id, mask_secrets(str(error)))
-    refusals, busy_for = _count_refusal(claim)
-    decision = retry_policy().when_provider_busy(
+    refusals, busy_for = _count_refusal(claim, runtime)
+    decision = runtime.retry.when_provider_busy(
         exc.retry_after, refusals=refusals, busy_for=busy_for, jitter=random.random()
     )
     if not decision.retry:
         return decision
-    if not claims.hold_turn(claim, seconds=decision.delay):
+    if not claims.hold_turn(claim, engine=runtime.engine, seconds=decision.delay):
         return None
-    _announce(claim, model, exc.reason, decision, attempt=claim.attempt, events=events, error=exc.message)
+    _announce(
+        claim, model, exc.reason, decision, attempt=claim.attempt, runtime=runtime, events=events, error=exc.message
+    )
     return decision
 
 
-def patience_error(exc: ProviderBusy) -> str:
+def patience_error(exc: ProviderBusy, settings: Settings) -> str:
     """The turn's error when the service kept refusing it for CHATQ_PROVIDER_PATIENCE seconds."""
-    patience = get_settings().provider_patience
+    patience = settings.provider_patience
     return f"{_REASONS.get(exc.reason, exc.message)}, and kept refusing for {patience:g} s (CHATQ_PROVIDER_PATIENCE)"
 
 
@@ -193,15 +202,15 @@ def _busy_key(claim: claims.Claim) -> str:
     return f"chatq:provider:busy:{claim.turn_id}"
 
 
-def _count_refusal(claim: claims.Claim) -> tuple[int, float]:
+def _count_refusal(claim: claims.Claim, runtime: Runtime) -> tuple[int, float]:
     """Count one more refusal of the turn; returns (refusals so far, seconds since the first)."""
     now = time.time()
     key = _busy_key(claim)
-    pipe = get_redis().pipeline(transaction=True)
+    pipe = runtime.redis.pipeline(transaction=True)
     pipe.hsetnx(key, "since", now)
     pipe.hincrby(key, "refusals", 1)
     pipe.hget(key, "since")
-    pipe.expire(key, int(get_settings().provider_patience) + 3600)
+    pipe.expire(key, int(runtime.settings.provider_patience) + 3600)
     _, refusals, since, _ = pipe.execute()
     return int(refusals), max(now - float(since), 0.0)
 
@@ -213,6 +222,7 @@ def _announce(
     decision: RetryDecision,
     *,
     attempt: int,
+    runtime: Runtime,
     events: TurnEvents | None = None,
     error: str | None = None,
 ) -> None:
@@ -220,7 +230,12 @@ def _announce(
     until = time.time() + decision.delay
     why = _REASONS.get(reason, reason)
     if events is None:
-        events = TurnEvents.resume(session_id=claim.session.id, turn_id=claim.turn_id)
+        events = TurnEvents.resume(
+            session_id=claim.session.id,
+            turn_id=claim.turn_id,
+            client=runtime.redis,
+            retention=runtime.settings.event_retention,
+        )
     events.publish(
         EventType.RETRY,
         max(attempt, 0),
@@ -228,11 +243,14 @@ def _announce(
         waiting={"reason": reason, "until": round(until, 3)},
     )
     try:
-        limits.mark_held(model, reason, until)
+        limits.mark_held(runtime.redis, model, reason, until)
     except Exception as exc:
         log.debug("could not note the hold: %s", exc)
-    get_hooks().retried(
+    runtime.hooks.retried(
         hooks.Retried(
-            turn=Facts.of_claim(claim), cause=decision.cause, delay=decision.delay, error=mask_secrets(error or why)
+            turn=Facts.of_claim(claim, runtime.settings),
+            cause=decision.cause,
+            delay=decision.delay,
+            error=mask_secrets(error or why),
         )
     )

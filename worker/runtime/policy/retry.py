@@ -27,7 +27,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from chatq.settings import Settings, get_settings
+from chatq.settings import Settings
 
 
 class RetryCause(enum.StrEnum):
@@ -132,8 +132,3 @@ class RetryPolicy:
         if elapsed + delay > self.webhook_window:
             return RetryDecision(cause=RetryCause.WEBHOOK, retry=False, delay=0.0)
         return RetryDecision(cause=RetryCause.WEBHOOK, retry=True, delay=delay)
-
-
-def retry_policy() -> RetryPolicy:
-    """The policy of the current settings (tests reset settings, so it is not cached apart from them)."""
-    return RetryPolicy.from_settings(get_settings())

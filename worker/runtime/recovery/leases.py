@@ -8,6 +8,9 @@ at the cost of one query per second per worker process, however many turns it ru
 Either one, and the worker beginning to shut down, also aborts the turn's `AbortSignal`
 (`handlers.abort`): the model request it waits on is closed at once, so a model that sends
 nothing for minutes does not keep a cancelled turn (or a shutting-down worker) waiting.
+
+A keeper renews on the engine and with the lease length it was built with (the worker's runtime
+hands them in, `get_lease_keeper`); it reads no settings and fetches no connection of its own.
 """
 
 from __future__ import annotations
@@ -18,10 +21,10 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from sqlalchemy import func, update
+from sqlalchemy import Engine, func, update
 
 from chatq.per_process import PerProcess
-from chatq.settings import get_settings, mask_secrets
+from chatq.settings import Settings, mask_secrets
 from handlers.abort import AbortSignal
 from models.db import session_scope
 from models.tables import Turn, TurnStatus
@@ -48,10 +51,11 @@ class TurnLease:
 class LeaseKeeper:
     """Renews the leases of all turns running in this process."""
 
-    def __init__(self, interval: float | None = None) -> None:
-        settings = get_settings()
-        self.lease_seconds = settings.lease_seconds
-        self.interval = interval if interval is not None else settings.renewal_interval
+    def __init__(self, *, engine: Engine, lease_seconds: float, interval: float) -> None:
+        """Renew on `engine`, to `lease_seconds` from now, every `interval` seconds."""
+        self.engine = engine
+        self.lease_seconds = lease_seconds
+        self.interval = interval
         self._leases: dict[uuid.UUID, TurnLease] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -90,7 +94,7 @@ class LeaseKeeper:
 
     def renew(self, leases: dict[uuid.UUID, TurnLease]) -> None:
         """Extend every lease we hold; flag cancelled turns and leases we no longer hold."""
-        with session_scope() as db:
+        with session_scope(self.engine) as db:
             rows = db.execute(
                 update(Turn)
                 .where(Turn.lease_token.in_(list(leases)), Turn.status == TurnStatus.RUNNING)
@@ -114,12 +118,30 @@ class LeaseKeeper:
             lease.abort.abort(reason)
 
 
-_keeper: PerProcess[LeaseKeeper] = PerProcess(LeaseKeeper)
+class _Keepers:
+    """A process's lease keepers, one per engine and lease length (a worker has one)."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[tuple[Engine, float, float], LeaseKeeper] = {}
+        self.lock = threading.Lock()
 
 
-def get_lease_keeper() -> LeaseKeeper:
-    """This process's lease keeper (a fresh one after fork: the renewal thread stays in the parent)."""
-    return _keeper.get()
+_keepers: PerProcess[_Keepers] = PerProcess(_Keepers)
+
+
+def get_lease_keeper(settings: Settings, engine: Engine) -> LeaseKeeper:
+    """This process's lease keeper for `engine` and the lease length of `settings` (a fresh one
+    after fork: the renewal thread stays in the parent). A runtime rebuilt on the same values gets
+    the same keeper, so a process keeps one renewal thread."""
+    key = (engine, settings.lease_seconds, settings.renewal_interval)
+    keepers = _keepers.get()
+    with keepers.lock:
+        keeper = keepers.by_key.get(key)
+        if keeper is None:
+            keeper = keepers.by_key[key] = LeaseKeeper(
+                engine=engine, lease_seconds=settings.lease_seconds, interval=settings.renewal_interval
+            )
+        return keeper
 
 
 _hand_back = threading.Event()
@@ -128,9 +150,12 @@ _hand_back = threading.Event()
 def begin_hand_back() -> None:
     """The worker is shutting down: running turns stop now, even mid-request, and go back to the queue."""
     _hand_back.set()
-    keeper = _keeper.built()  # none built in this process: no turn is running here
-    if keeper is not None:
-        keeper.abort_all("the worker is shutting down")
+    keepers = _keepers.built()  # none built in this process: no turn is running here
+    if keepers is not None:
+        with keepers.lock:
+            built = list(keepers.by_key.values())
+        for keeper in built:
+            keeper.abort_all("the worker is shutting down")
 
 
 def handing_back() -> bool:

@@ -21,7 +21,8 @@ from typing import Any
 
 from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 
-from chatq.settings import get_settings, mask_secrets
+from chatq.settings import mask_secrets
+from worker.runtime.delivery.process import Runtime, current_runtime
 from worker.runtime.recovery.sweeper import SweepReport, sweep_exclusively
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ STOP_TIMEOUT = 5.0
 class SweepTimer:
     """Runs `sweep` every `interval` seconds on a daemon thread until `stop`."""
 
-    def __init__(self, *, interval: float, sweep: Callable[[], SweepReport | None] = sweep_exclusively) -> None:
+    def __init__(self, *, interval: float, sweep: Callable[[], SweepReport | None]) -> None:
         self.interval = interval
         self._sweep = sweep
         self._stopping = threading.Event()
@@ -81,15 +82,15 @@ _timer: list[SweepTimer] = []
 """This process's timer, once the worker is ready."""
 
 
-def start_worker_sweeps() -> SweepTimer | None:
-    """Start this worker's sweep timer unless CHATQ_WORKER_SWEEP is off."""
-    settings = get_settings()
+def start_worker_sweeps(runtime: Runtime) -> SweepTimer | None:
+    """Start this worker's sweep timer unless CHATQ_WORKER_SWEEP is off (the runtime's settings)."""
+    settings = runtime.settings
     if not settings.worker_sweep:
         log.info("in-worker sweeps are off (CHATQ_WORKER_SWEEP): run `chatq beat` for recovery")
         return None
     if _timer:
         return _timer[0]
-    timer = SweepTimer(interval=settings.sweep_interval)
+    timer = SweepTimer(interval=settings.sweep_interval, sweep=lambda: sweep_exclusively(runtime))
     _timer.append(timer)
     timer.start()
     log.info("sweeping every %gs (one worker at a time, under a Postgres advisory lock)", timer.interval)
@@ -107,7 +108,7 @@ def stop_worker_sweeps(*, wait: bool) -> None:
 @worker_ready.connect
 def _start_sweeping(**_: Any) -> None:
     try:
-        start_worker_sweeps()
+        start_worker_sweeps(current_runtime())
     except Exception as exc:  # the worker still runs turns; only its own sweeps are missing
         log.warning("could not start the sweep timer: %s", mask_secrets(str(exc)))
 

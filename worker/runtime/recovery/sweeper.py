@@ -20,11 +20,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
-from sqlalchemy import and_, func, or_, select, text
+import redis
+from sqlalchemy import Engine, and_, func, or_, select, text
 from sqlalchemy.orm import Session
 
-from chatq.settings import Settings, get_settings, mask_secrets
+from chatq.settings import Settings, mask_secrets
 from models.db import session_scope, unpooled_connection
 from models.tables import ChatMessage, Turn, TurnStatus
 from worker import unacked
@@ -32,10 +34,12 @@ from worker.dispatch import send_turns
 from worker.markers import still_waiting
 from worker.runtime.intake import bindings
 from worker.runtime.observers.hook_points import SweepRepaired, SweepResent
-from worker.runtime.observers.observers import get_hooks
 from worker.runtime.recovery import terminal_repair
 from worker.store import claims
 from worker.store.turns import NextTurn, runs_next
+
+if TYPE_CHECKING:
+    from worker.runtime.delivery.process import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -63,72 +67,73 @@ class SweepReport:
         }
 
 
-def declare_queues() -> None:
+def declare_queues(client: redis.Redis) -> None:
     """Declare chatq's queues again and drop stray bindings (`worker.runtime.intake.bindings`)."""
     from worker.app import app
 
-    bindings.declare_queues(app)
+    bindings.declare_queues(app, client)
 
 
-def sweep_once(settings: Settings | None = None) -> SweepReport:
-    """One pass of the sweeper, by `settings` (the runtime's; the process's by default)."""
-    settings = settings or get_settings()
+def sweep_once(runtime: Runtime) -> SweepReport:
+    """One pass of the sweeper, by the runtime's settings, on its connections."""
+    settings, client = runtime.settings, runtime.redis
     try:
-        declare_queues()
+        declare_queues(client)
     except Exception as exc:
         log.warning("could not declare the queues: %s", exc)
     stuck: dict[uuid.UUID, list[bytes]] = {}
     resend, expired = stale_turns(
+        engine=runtime.engine,
+        renewal_interval=settings.renewal_interval,
         grace_seconds=settings.requeue_grace,
-        in_queue=lambda turn_ids: still_waiting(turn_ids, grace=settings.requeue_grace, stuck=stuck),
+        in_queue=lambda turn_ids: still_waiting(client, turn_ids, grace=settings.requeue_grace, stuck=stuck),
     )
-    forget_stuck_copies([tag for turn in resend for tag in stuck.get(turn.turn_id, ())])
+    forget_stuck_copies(client, [tag for turn in resend for tag in stuck.get(turn.turn_id, ())])
     for queue in {turn.queue for turn in resend}:
-        send_turns([turn.to_message() for turn in resend if turn.queue == queue], queue=queue)
-    get_hooks().sweep_resent(SweepResent(resent=len(resend) - len(expired), expired_leases=len(expired)))
+        send_turns([turn.to_message() for turn in resend if turn.queue == queue], queue=queue, client=client)
+    runtime.hooks.sweep_resent(SweepResent(resent=len(resend) - len(expired), expired_leases=len(expired)))
     for turn_id in expired:
         log.warning("turn %s: lease expired, handed to another worker", turn_id)
     if resend:
         log.info("sweeper re-sent %d turn(s), %d after an expired lease", len(resend), len(expired))
-    repaired = repair_terminal_events(settings)
+    repaired = repair_terminal_events(runtime)
     return SweepReport(
         resent=len(resend), expired_leases=len(expired), purged=purge_expired(settings), repaired=repaired
     )
 
 
-def repair_terminal_events(settings: Settings | None = None) -> int:
+def repair_terminal_events(runtime: Runtime) -> int:
     """Publish the terminal events of ended turns whose publisher died before it did
     (`worker.runtime.recovery.terminal_repair`); returns how many."""
-    retention = (settings or get_settings()).event_retention
     try:
-        repaired = terminal_repair.publish_missing_terminal_events(retention=retention)
+        repaired = terminal_repair.publish_missing_terminal_events(
+            engine=runtime.engine, client=runtime.redis, retention=runtime.settings.event_retention
+        )
     except Exception as exc:  # like retention: never let it break the re-sending of a sweep
         log.warning(
             "terminal event repair failed (next sweep tries again): %s",
             (mask_secrets(str(exc)).splitlines() or [type(exc).__name__])[0],
         )
         return 0
-    get_hooks().sweep_repaired(SweepRepaired(events=len(repaired)))
+    runtime.hooks.sweep_repaired(SweepRepaired(events=len(repaired)))
     return len(repaired)
 
 
-def forget_stuck_copies(tags: Sequence[bytes]) -> None:
+def forget_stuck_copies(client: redis.Redis, tags: Sequence[bytes]) -> None:
     """Drop the copies of re-sent turns stuck in kombu's unacked set, so none comes back in an hour."""
     if not tags:
         return
-    from worker.events import get_redis
-
     try:
-        unacked.forget(get_redis(), tags)
+        unacked.forget(client, tags)
     except Exception as exc:  # a stale copy only makes a harmless duplicate after the visibility timeout
         log.warning("could not drop %d stuck message copies: %s", len(tags), mask_secrets(str(exc)))
 
 
-def purge_expired(settings: Settings | None = None) -> int:
+def purge_expired(settings: Settings) -> int:
     """Retention: sessions idle past CHATQ_RETENTION_DAYS (unset: none), then old deleted-session digests."""
     from worker import deletion
 
-    retention_days = (settings or get_settings()).retention_days
+    retention_days = settings.retention_days
     purged = 0
     try:
         if retention_days is not None:
@@ -160,6 +165,8 @@ def _next_turn(db: Session, turn: Turn) -> NextTurn:
 
 def stale_turns(
     *,
+    engine: Engine,
+    renewal_interval: float,
     grace_seconds: float,
     in_queue: Callable[[Sequence[uuid.UUID]], set[uuid.UUID]] | None = None,
     patience: float = 10.0,
@@ -171,9 +178,10 @@ def stale_turns(
     slow (workers are busy), not lost, and are re-sent only after `patience` times the grace, so a
     long backlog is not multiplied by every sweep. Expired leases are released back to `queued`
     here (`claims.take_over`, so the re-sent message can claim them), and everything returned is
-    marked as sent now, so overlapping sweeps do not send twice.
+    marked as sent now, so overlapping sweeps do not send twice. `renewal_interval` is the settings'
+    (`claims.record_stops`).
     """
-    with session_scope() as db:
+    with session_scope(engine) as db:
         now = db.execute(select(func.now())).scalar_one()
         rows = (
             db.execute(
@@ -199,7 +207,8 @@ def stale_turns(
         queued_in_redis = in_queue(list(waiting)) if in_queue and waiting else set()
         # Floor: a tiny grace (tests, impatient operators) must still not re-send a backlog every sweep.
         patience_cutoff = now - timedelta(seconds=max(grace_seconds * patience, 30.0))
-        released = set(claims.take_over(db, [turn.id for turn in rows if turn.status is TurnStatus.RUNNING]))
+        running = [turn.id for turn in rows if turn.status is TurnStatus.RUNNING]
+        released = set(claims.take_over(db, running, renewal_interval=renewal_interval))
         expired = [turn.id for turn in rows if turn.id in released]
         resend: list[NextTurn] = []
         for turn in rows:
@@ -241,10 +250,10 @@ def sweep_lock() -> Iterator[bool]:
                     connection.scalar(text("SELECT pg_advisory_unlock(:key)"), {"key": SWEEP_LOCK_KEY})
 
 
-def sweep_exclusively(settings: Settings | None = None) -> SweepReport | None:
+def sweep_exclusively(runtime: Runtime) -> SweepReport | None:
     """One sweep unless another worker or beat is sweeping now (then None: this round is skipped)."""
     with sweep_lock() as held:
         if not held:
             log.debug("sweep skipped: another process holds the sweep lock")
             return None
-        return sweep_once(settings)
+        return sweep_once(runtime)

@@ -23,13 +23,12 @@ from datetime import timedelta
 from typing import Any
 
 import redis
-from sqlalchemy import func, select
+from sqlalchemy import Engine, func, select
 
-from chatq.settings import get_settings
 from models.db import session_scope
 from models.tables import ChatMessage, Turn, TurnStatus
 from worker.event_scripts import PUBLISH_TERMINAL_SHA, UNENDED, run_script, split_at_seq, terminal_arguments
-from worker.events import EventType, TurnEvents, encode_event, get_redis, session_channel, turn_stream
+from worker.events import EventType, TurnEvents, encode_event, session_channel, turn_stream
 
 log = logging.getLogger(__name__)
 
@@ -51,16 +50,15 @@ def publish_missing_terminal_events(
     *,
     settle: float | None = None,
     limit: int = BATCH,
-    client: redis.Redis | None = None,
-    retention: int | None = None,
+    engine: Engine,
+    client: redis.Redis,
+    retention: int,
 ) -> list[uuid.UUID]:
     """One pass over the unended set (see the module docstring); returns the turns it published for.
 
-    `settle`: SETTLE unless given.
+    `settle`: SETTLE unless given; `engine`, `client` and `retention` (seconds) are the runtime's.
     """
     settle = SETTLE if settle is None else settle
-    client = client or get_redis()
-    retention = retention or get_settings().event_retention
     now = time.time()
     members = client.zrangebyscore(UNENDED, "-inf", now - settle, start=0, num=limit)
     if not members:
@@ -73,7 +71,7 @@ def publish_missing_terminal_events(
             ids[uuid.UUID(member)] = member
         except ValueError:
             junk.append(member)
-    with session_scope() as db:
+    with session_scope(engine) as db:
         db_now = db.execute(select(func.now())).scalar_one()
         rows = db.execute(
             select(

@@ -27,13 +27,14 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 
-from chatq.settings import get_settings, mask_secrets
+from chatq.settings import mask_secrets
 from models.db import session_scope
 from models.tables import DeliveryStatus
 from worker.dispatch import WEBHOOK_TASK_NAME as TASK_NAME
@@ -42,10 +43,11 @@ from worker.errors import TurnNotFound, WebhookRefused
 from worker.payload import WEBHOOK_QUEUE
 from worker.runtime.observers import hooks
 from worker.runtime.observers.hook_points import WebhookAttempt
-from worker.runtime.observers.observers import get_hooks
-from worker.runtime.policy.retry import retry_policy
 from worker.runtime.webhooks.webhook_http import Answer, post, signed_headers
 from worker.webhook_urls import resolve_target
+
+if TYPE_CHECKING:
+    from worker.runtime.delivery.process import Runtime
 
 __all__ = [
     "BUSY_DELAY",
@@ -108,22 +110,22 @@ class Attempted:
     """Why it was not delivered."""
 
 
-def deliver(delivery_id: uuid.UUID) -> Attempted:
+def deliver(delivery_id: uuid.UUID, *, runtime: Runtime) -> Attempted:
     """One attempt of a delivery, recorded on its row; outages (Postgres down) propagate to the task."""
-    with delivery_slot() as free:
+    with delivery_slot(runtime.settings.webhook_concurrency) as free:
         if not free:
             return Attempted(outcome=DeliveryOutcome.BUSY, retry_after=BUSY_DELAY)
-        return _attempt(delivery_id)
+        return _attempt(delivery_id, runtime)
 
 
-def _attempt(delivery_id: uuid.UUID) -> Attempted:
-    settings = get_settings()
-    with session_scope() as db:
+def _attempt(delivery_id: uuid.UUID, runtime: Runtime) -> Attempted:
+    settings, engine = runtime.settings, runtime.engine
+    with session_scope(engine) as db:
         row = db.execute(_LOAD, {"id": delivery_id}).one_or_none()
     if row is None or row.status != DeliveryStatus.PENDING.value:
         return Attempted(outcome=DeliveryOutcome.DONE)
     try:
-        body = (row.body or _fix_body(delivery_id, row.turn_id)).encode("utf-8")
+        body = (row.body or _fix_body(engine, delivery_id, row.turn_id)).encode("utf-8")
     except TurnNotFound:  # its session was deleted in between (the delivery went with it)
         return Attempted(outcome=DeliveryOutcome.DONE)
     attempt = int(row.attempts) + 1
@@ -133,8 +135,8 @@ def _attempt(delivery_id: uuid.UUID) -> Attempted:
         target = resolve_target(row.url, allow_private=settings.webhook_allow_private)
     except WebhookRefused as exc:
         answer = Answer(status_code=None, error=exc.message)
-        _record(delivery_id, DeliveryStatus.FAILED, answer, posted=False)  # `attempts` counts POSTs: none made
-        get_hooks().webhook_attempt(WebhookAttempt(outcome="refused", seconds=None))
+        _record(engine, delivery_id, DeliveryStatus.FAILED, answer, posted=False)  # `attempts` counts POSTs: none made
+        runtime.hooks.webhook_attempt(WebhookAttempt(outcome="refused", seconds=None))
         log.warning("turn %s: webhook delivery %s refused: %s", row.turn_id, delivery_id, exc.message)
         return Attempted(outcome=DeliveryOutcome.FAILED, error=exc.message)
     headers = signed_headers(
@@ -148,15 +150,15 @@ def _attempt(delivery_id: uuid.UUID) -> Attempted:
     answer = post(target, body, headers, timeout=settings.webhook_timeout)
     seconds = time.monotonic() - started
     if answer.delivered:
-        _record(delivery_id, DeliveryStatus.DELIVERED, answer)
-        get_hooks().webhook_attempt(WebhookAttempt(outcome=DeliveryOutcome.DELIVERED.value, seconds=seconds))
+        _record(engine, delivery_id, DeliveryStatus.DELIVERED, answer)
+        runtime.hooks.webhook_attempt(WebhookAttempt(outcome=DeliveryOutcome.DELIVERED.value, seconds=seconds))
         log.info("turn %s: webhook delivery %s to %s: HTTP %s", row.turn_id, delivery_id, host, answer.status_code)
         return Attempted(outcome=DeliveryOutcome.DELIVERED, status_code=answer.status_code)
-    decision = retry_policy().after_webhook_attempt(attempt, float(row.age) + seconds)
+    decision = runtime.retry.after_webhook_attempt(attempt, float(row.age) + seconds)
     status = DeliveryStatus.PENDING if decision.retry else DeliveryStatus.FAILED
-    _record(delivery_id, status, answer)
+    _record(engine, delivery_id, status, answer)
     outcome = DeliveryOutcome.RETRY if decision.retry else DeliveryOutcome.FAILED
-    get_hooks().webhook_attempt(WebhookAttempt(outcome=outcome.value, seconds=seconds))
+    runtime.hooks.webhook_attempt(WebhookAttempt(outcome=outcome.value, seconds=seconds))
     log.warning(
         "turn %s: webhook delivery %s to %s, attempt %d: %s (%s)",
         row.turn_id,
@@ -174,20 +176,22 @@ def _attempt(delivery_id: uuid.UUID) -> Attempted:
     )
 
 
-def _fix_body(delivery_id: uuid.UUID, turn_id: uuid.UUID) -> str:
+def _fix_body(engine: Engine, delivery_id: uuid.UUID, turn_id: uuid.UUID) -> str:
     """The turn as `GET /turns/{id}` returns it, stored once: every retry sends these same bytes."""
     from worker.queries import turn_report
 
     report = turn_report(turn_id)
     report.pop("webhook", None)  # the delivery's own state changes with each attempt
     body = json.dumps(report, separators=(",", ":"), ensure_ascii=False)
-    with session_scope() as db:
+    with session_scope(engine) as db:
         return str(db.execute(_FIX_BODY, {"id": delivery_id, "body": body}).scalar_one())
 
 
-def _record(delivery_id: uuid.UUID, status: DeliveryStatus, answer: Answer, *, posted: bool = True) -> None:
+def _record(
+    engine: Engine, delivery_id: uuid.UUID, status: DeliveryStatus, answer: Answer, *, posted: bool = True
+) -> None:
     values = {"id": delivery_id, "status": status.value, "code": answer.status_code, "error": answer.error}
-    with session_scope() as db:
+    with session_scope(engine) as db:
         db.execute(_RECORD, {**values, "posted": int(posted)})
 
 
@@ -196,13 +200,15 @@ _slots_lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def delivery_slot() -> Iterator[bool]:
-    """One of this process's `CHATQ_WEBHOOK_CONCURRENCY` delivery slots, if one is free (never waits)."""
+def delivery_slot(concurrency: int) -> Iterator[bool]:
+    """One of this process's `concurrency` (`CHATQ_WEBHOOK_CONCURRENCY`) delivery slots, if one is free (never waits).
+
+    The slots are sized by the first call in a process (a worker's settings never change)."""
     pid = os.getpid()
     with _slots_lock:
         slots = _slots.get(pid)
         if slots is None:
-            slots = _slots[pid] = threading.BoundedSemaphore(get_settings().webhook_concurrency)
+            slots = _slots[pid] = threading.BoundedSemaphore(concurrency)
     free = slots.acquire(blocking=False)
     try:
         yield free
@@ -214,6 +220,10 @@ def delivery_slot() -> Iterator[bool]:
 class WebhookHooks(hooks.TurnHooks):
     """Schedules the webhook delivery of every turn that ends with one (the claim says which have one)."""
 
+    def __init__(self, engine: Callable[[], Engine]) -> None:
+        self._engine = engine
+        """The process's engine, asked for when a turn ends (the edge that wires the hooks hands it in)."""
+
     def succeeded(self, event: hooks.Succeeded) -> None:
         self._ended(event.turn)
 
@@ -223,8 +233,7 @@ class WebhookHooks(hooks.TurnHooks):
     def cancelled(self, event: hooks.Cancelled) -> None:
         self._ended(event.turn)
 
-    @staticmethod
-    def _ended(turn: hooks.Facts) -> None:
+    def _ended(self, turn: hooks.Facts) -> None:
         # None: the delivery ran no attempt (the turn ended at its claim), so ask Postgres.
         if turn.has_webhook is not False:
-            schedule_delivery(turn.turn_id)
+            schedule_delivery(turn.turn_id, engine=self._engine())
