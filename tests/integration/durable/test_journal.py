@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from chatq.settings import reset_settings
+from chatq.settings import get_settings, reset_settings
 from handlers.errors import StepNotRecorded
 from handlers.journal import StepKind
 from handlers.messages import AgentMessage
@@ -57,12 +57,14 @@ def _interrupted(framework: str, content: str, steps: Callable[[TurnJournal], No
         framework=framework, model="gpt-4o-mini", metadata={"tools": [EFFECT, EFFECT_REPEATABLE]}
     )
     turn_id = submit_turn(session_id, content).turn_id
-    claim = claim_turn(turn_id, worker="earlier@test").claim
+    claim = claim_turn(turn_id, worker="earlier@test", engine=get_engine(), settings=get_settings()).claim
     assert claim is not None
     journal = TurnJournal.open(get_engine(), turn_id=turn_id, lease_token=claim.lease_token, attempt=claim.attempt)
     steps(journal)
-    assert requeue_turn(claim, hand_back=True)
-    return parse_turn_request({"session_id": str(session_id), "content": content}, task_id=str(turn_id))
+    assert requeue_turn(claim, engine=get_engine(), hand_back=True)
+    return parse_turn_request(
+        {"session_id": str(session_id), "content": content}, task_id=str(turn_id), settings=get_settings()
+    )
 
 
 def _run(request: TurnRequest) -> Result:
@@ -73,12 +75,12 @@ def _run(request: TurnRequest) -> Result:
 def test_a_stale_attempt_cannot_write_the_journal() -> None:
     session_id = create_session(framework="plain_openai", model="gpt-4o-mini")
     turn_id = submit_turn(session_id, "hello").turn_id
-    first = claim_turn(turn_id, worker="w1").claim
+    first = claim_turn(turn_id, worker="w1", engine=get_engine(), settings=get_settings()).claim
     assert first is not None
     stale = TurnJournal.open(get_engine(), turn_id=turn_id, lease_token=first.lease_token, attempt=first.attempt)
     stale.model_step(_calls(Path("/dev/null"), EFFECT, "call_a"), USAGE)
-    assert requeue_turn(first, hand_back=True)
-    second = claim_turn(turn_id, worker="w2").claim
+    assert requeue_turn(first, engine=get_engine(), hand_back=True)
+    second = claim_turn(turn_id, worker="w2", engine=get_engine(), settings=get_settings()).claim
     assert second is not None
     current = TurnJournal.open(get_engine(), turn_id=turn_id, lease_token=second.lease_token, attempt=second.attempt)
     assert [step.kind for step in current.done] == [StepKind.MODEL]
@@ -159,7 +161,9 @@ def test_a_handler_written_to_the_public_contract_starts_over_and_records_nothin
 ) -> None:
     with plugin_installed(PORTED_PLUGIN, *PORTED_FRAMEWORKS):
         session_id = create_session(framework=framework)
-        request = parse_turn_request({"session_id": str(session_id), "content": "[fail]"}, task_id=str(uuid.uuid4()))
+        request = parse_turn_request(
+            {"session_id": str(session_id), "content": "[fail]"}, task_id=str(uuid.uuid4()), settings=get_settings()
+        )
         assert _run(request).outcome is Outcome.RETRY
         assert _run(request).outcome is Outcome.FAILED
     with get_engine().connect() as db:
