@@ -135,8 +135,10 @@ def test_a_reply_postgres_refuses_fails_the_turn_after_one_invocation(
     turn = submit_turn(session_id, f'add [tool: calculator {{"expression": NaN}}] {key}')
     row = wait_for_turn(turn.turn_id)
     assert row.status.value == "failed"
+    # Since durable steps the tool call is journaled as the model returns it, before the tool runs:
+    # the journal is where Postgres refuses it.
     assert row.error == (
-        "Postgres could not store the reply (InvalidTextRepresentation: invalid input syntax for type json)"
+        "Postgres could not store a step of the turn (InvalidTextRepresentation: invalid input syntax for type json)"
     )
     assert row.attempts == 1 and row.deliveries == 1
     assert _model_requests(openai_stub, key) == 2

@@ -254,6 +254,9 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
             registry.lost(hooks.Lost(turn=Facts.of_claim(claim, runtime.settings), storing=False))
             return Result(outcome=Outcome.LOST, attempt=claim.attempt)
         cause = exc.__cause__
+        if cause is not None and is_refusal(cause):
+            # Postgres refused what the step holds (a tool call's NaN, say): it refuses it every time.
+            return fail(claim, events, refusal_message(cause, "a step of the turn"), runtime=runtime)
         if cause is None or not is_outage(cause):
             return fail(claim, events, exc.message, runtime=runtime)
         # Postgres went away under a journal write: an outage, as below (the delivery is retried).
