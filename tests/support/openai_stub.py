@@ -27,6 +27,8 @@ server never interfere:
     [overloaded-times: KEY N] HTTP 503 with `retry-after: 1` the first N times KEY is seen
     [sleep: S]             wait S seconds before the first byte (a stall)
     [sleep-once: KEY S]    wait S seconds before the first byte the first time KEY is seen (server-wide)
+    [sleep-at: KEY N S]    wait S seconds before the first byte only the Nth time KEY is seen (server-wide):
+                           a request of a turn held in flight (a fault lands while it waits)
     [slow: S]              wait S seconds between streamed chunks
     [empty]                empty content and no tool calls
     [words: N]             reply "w1 w2 ... wN"
@@ -270,6 +272,20 @@ class OpenAIStub:
         except ValueError:
             return 0.0
 
+    def sleep_at(self, script: Script) -> float:
+        """The `[sleep-at: KEY N S]` wait: S seconds the Nth time KEY is seen, 0 otherwise."""
+        key, _, rest = script.directives.get("sleep-at", "").partition(" ")
+        count, _, seconds = rest.strip().partition(" ")
+        if not key or not count.isdigit():
+            return 0.0
+        with self._lock:
+            seen = self._seen.get(f"sleep-at:{key}", 0) + 1
+            self._seen[f"sleep-at:{key}"] = seen
+        try:
+            return max(float(seconds), 0.0) if seen == int(count) else 0.0
+        except ValueError:
+            return 0.0
+
     def should_fail(self, script: Script) -> bool:
         if "fail" in script.directives:
             return True
@@ -455,7 +471,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, body: dict[str, Any], messages: list[dict[str, Any]], script: Script, generation: int) -> None:
         owner = self.owner
-        owner.wait(owner.latency + script.seconds("sleep") + owner.sleep_once(script))
+        owner.wait(owner.latency + script.seconds("sleep") + owner.sleep_once(script) + owner.sleep_at(script))
         try:
             if "unauthorized" in script.directives:
                 key = (self.headers.get("Authorization") or "").partition(" ")[2]

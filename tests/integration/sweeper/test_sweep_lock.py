@@ -21,7 +21,7 @@ from worker.runtime.recovery.sweeper import SWEEP_LOCK_KEY, SweepReport, sweep_e
 HOLD_LOCK = """
 import sys, time
 from worker.runtime.recovery.sweeper import sweep_lock
-with sweep_lock() as held:
+with sweep_lock(frozen_after=float(sys.argv[1]) if len(sys.argv) > 1 else None) as held:
     print("held" if held else "refused", flush=True)
     time.sleep(600)
 """
@@ -103,3 +103,36 @@ def test_postgres_releases_the_lock_of_a_holder_killed_with_sigkill(chatq_env: d
                 break
         assert time.monotonic() < deadline, "the killed holder's lock was never released"
         time.sleep(0.05)
+
+
+@pytest.mark.timeout(60)
+def test_postgres_releases_the_lock_of_a_frozen_holder_after_frozen_after(chatq_env: dict[str, str]) -> None:
+    """A holder stopped with SIGSTOP keeps its connection open: without the idle limit every sweep
+    would be skipped until it runs again (and turns whose leases ran out never taken over)."""
+    frozen_after = 1.0
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(frozen_after)],
+        cwd=ROOT,
+        env={**os.environ, **chatq_env},
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        os.killpg(holder.pid, signal.SIGSTOP)
+        frozen_at = time.monotonic()
+        with sweep_lock() as while_fresh:
+            assert not while_fresh
+        deadline = time.monotonic() + 30
+        while True:
+            with sweep_lock() as after_idle:
+                if after_idle:
+                    break
+            assert time.monotonic() < deadline, "the frozen holder's lock was never released"
+            time.sleep(0.05)
+        assert time.monotonic() - frozen_at >= frozen_after * 0.9
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait(10)

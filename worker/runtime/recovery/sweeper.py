@@ -228,7 +228,7 @@ deployments sharing a server never meet)."""
 
 
 @contextmanager
-def sweep_lock() -> Iterator[bool]:
+def sweep_lock(*, frozen_after: float | None = None) -> Iterator[bool]:
     """Take the sweep lock for the block if nobody holds it; yields whether this caller got it.
 
     Never waits: a worker (or beat) that does not get it skips this round. The lock is a
@@ -237,8 +237,18 @@ def sweep_lock() -> Iterator[bool]:
     running sweep, and Postgres itself releases it when the holder's connection ends, even under
     `kill -9`, so there is no expiry to tune against the longest sweep. The connection is its own
     (never pooled) and closing it at the end of the block is what releases the lock.
+
+    A holder that stops running without dying (frozen by SIGSTOP, a paused VM, a process stuck in
+    swap) keeps its connection, and the lock with it: no sweep would run anywhere, and no turn
+    whose lease runs out would be taken over. With `frozen_after` (seconds; Postgres 14 or later)
+    Postgres ends the lock's session once it has been idle that long (`idle_session_timeout`):
+    the lock connection of a live sweep is idle while the sweep works on other connections, so
+    `frozen_after` must be longer than a sweep ever takes; a sweep that outlasts it loses only
+    the lock (another may start beside it), not its work.
     """
     with unpooled_connection() as connection:
+        if frozen_after is not None and (connection.dialect.server_version_info or (0,)) >= (14,):
+            connection.execute(text(f"SET idle_session_timeout = {max(int(frozen_after * 1000), 1)}"))
         held = bool(connection.scalar(text("SELECT pg_try_advisory_lock(:key)"), {"key": SWEEP_LOCK_KEY}))
         try:
             yield held
@@ -252,7 +262,9 @@ def sweep_lock() -> Iterator[bool]:
 
 def sweep_exclusively(runtime: Runtime) -> SweepReport | None:
     """One sweep unless another worker or beat is sweeping now (then None: this round is skipped)."""
-    with sweep_lock() as held:
+    settings = settings or get_settings()
+    # Longer than any sweep; a frozen holder then delays takeovers by about one lease more.
+    with sweep_lock(frozen_after=max(settings.lease_seconds, 2 * settings.sweep_interval)) as held:
         if not held:
             log.debug("sweep skipped: another process holds the sweep lock")
             return None
