@@ -262,7 +262,7 @@ def sweep_lock(*, frozen_after: float | None = None) -> Iterator[bool]:
 
 def sweep_exclusively(runtime: Runtime) -> SweepReport | None:
     """One sweep unless another worker or beat is sweeping now (then None: this round is skipped)."""
-    settings = settings or get_settings()
+    settings = runtime.settings
     # Longer than any sweep; a frozen holder then delays takeovers by about one lease more.
     with sweep_lock(frozen_after=max(settings.lease_seconds, 2 * settings.sweep_interval)) as held:
         if not held:
