@@ -43,6 +43,17 @@ class TenantToken:
     """The bearer token; never logged."""
 
 
+def openai_model_unavailable(model: str, *, api_key: str | None, base_url: str | None) -> str | None:
+    """Why `model` cannot run with this OpenAI key and base URL, or None when it can.
+
+    Every model but `echo` needs an OpenAI-compatible server: `OPENAI_API_KEY` or `OPENAI_BASE_URL`.
+    """
+    name = model.strip()
+    if name == ECHO_MODEL or api_key or base_url:
+        return None
+    return f"Model {name!r} needs OPENAI_API_KEY or OPENAI_BASE_URL; use the 'echo' model to run offline."
+
+
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     """Typed, validated configuration read from the environment."""
@@ -136,10 +147,7 @@ class Settings:
 
         Every model but `echo` needs an OpenAI-compatible server: `OPENAI_API_KEY` or `OPENAI_BASE_URL`.
         """
-        name = model.strip()
-        if name == ECHO_MODEL or self.openai_api_key or self.openai_base_url:
-            return None
-        return f"Model {name!r} needs OPENAI_API_KEY or OPENAI_BASE_URL; use the 'echo' model to run offline."
+        return openai_model_unavailable(model, api_key=self.openai_api_key, base_url=self.openai_base_url)
 
     @property
     def renewal_interval(self) -> float:

@@ -16,10 +16,10 @@ from __future__ import annotations
 import importlib
 import inspect
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from chatq.errors import ConfigError
-from chatq.settings import get_settings
 from handlers.base import (
     AgentMessage,
     AgentSession,
@@ -38,6 +38,7 @@ from handlers.errors import (
     UnknownFramework,
     UnknownTool,
 )
+from handlers.handler_settings import process_handler_settings
 from handlers.prepared import PreparedTurnHandler
 
 __all__ = [
@@ -99,16 +100,18 @@ def unregister_framework(name: str) -> None:
 _plugins_lock = threading.RLock()  # re-entrant: a plugin may read the registry while it is imported
 
 
-def load_plugins() -> None:
+def load_plugins(plugins: Sequence[str] | None = None) -> None:
     """Import the `CHATQ_PLUGINS` modules not imported yet, so what they register exists in this process.
 
     A worker imports them at start (celeryconfig); producers (the CLI, batch runs, the gateway)
     import them here, the first time they read the registry. Raises ConfigError for a module that
     cannot be imported (missing, or raising as it runs), as the worker would fail to start with it;
-    `chatq worker` calls this before it starts any Celery process.
+    `chatq worker` calls this before it starts any Celery process, with its settings' `plugins`.
+    Without `plugins` (the registry's readers, an edge with nothing handed in) this process's are read.
     """
     with _plugins_lock:
-        for module in get_settings().plugins:
+        modules = process_handler_settings().plugins if plugins is None else plugins
+        for module in modules:
             try:
                 importlib.import_module(module)  # a module imported before is not run again
             except Exception as exc:  # anything its code raises: one line, not a traceback

@@ -14,7 +14,8 @@ before running it, so no paid call ever runs unrecorded; a framework that execut
 way calls `record_tool_call` itself. Token costs are not stored: `chatq usage` estimates them
 from the stored token counts and the current price table.
 
-The price table comes from `CHATQ_PRICES`, JSON text or the path of a JSON file:
+The price table comes from `CHATQ_PRICES`, JSON text or the path of a JSON file, handed in
+(`ToolSettings.prices` on the tool context; `load_prices(raw)` parses it):
 
     {"models": {"gpt-4o-mini": {"prompt": 0.15, "completion": 0.6}},   # per million tokens
      "tools": {"search_knowledge_base": 0.002},                          # per unit (one call)
@@ -35,8 +36,9 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from chatq.errors import ConfigError
-from chatq.settings import ECHO_MODEL, get_settings
+from chatq.settings import ECHO_MODEL
 from handlers.context import current_tool_context
+from handlers.handler_settings import process_handler_settings
 from handlers.store import PaidCallRecorder, default_store
 
 __all__ = [
@@ -156,10 +158,10 @@ def _cached(raw: str, mtime_ns: int | None) -> PriceTable:
         raise ConfigError(f"{PRICES_ENV}: cannot read {raw}: {exc.strerror or exc}") from None
 
 
-def load_prices(raw: str | None = None) -> PriceTable:
-    """The price table of `CHATQ_PRICES` (or of `raw`, in its form; empty when unset); a file is
-    re-read when it changes."""
-    raw = (get_settings().prices if raw is None else raw.strip()) or ""
+def load_prices(raw: str | None) -> PriceTable:
+    """The price table of `raw`, `CHATQ_PRICES` as configured (JSON text or a file's path; empty when
+    None or blank); a file is re-read when it changes."""
+    raw = (raw or "").strip()
     if not raw:
         return PriceTable()
     if raw.startswith("{"):
@@ -184,22 +186,32 @@ def record_tool_call(
     unit_price: Decimal | float | None = None,
     default_price: Decimal | float = 0,
     recorder: PaidCallRecorder | None = None,
+    prices: str | None = None,
 ) -> bool:
     """Record one paid tool call; True if stored now, False if this call was already recorded.
 
     `invocation_id` + `tool_call_id` identify the call (see the module docstring). Without
     `turn_id`, the store takes the session's running turn (and its attempt): a session runs one
     turn at a time, so that is the turn the call belongs to. `unit_price` defaults to the price
-    table's price for the tool, else `default_price`; the cost is `units * unit_price`.
+    table's price for the tool (`prices`, `CHATQ_PRICES` as configured: else the current tool
+    context's, `ToolContext.settings`, else this process's), else `default_price`; the cost is
+    `units * unit_price`.
 
     The call goes to `recorder`, else to the current tool context's (`ToolContext.recorder`, which
     the store injected), else to the default store's. Errors of the store pass through unchanged.
     """
     if units < 0:
         raise ValueError("units must be at least 0")
-    price = load_prices().tool_price(tool_name, default_price) if unit_price is None else Decimal(str(unit_price))
+    context = current_tool_context()
+    if unit_price is None:
+        if prices is None:
+            settings = context.settings if context is not None else None
+            # Outside a turn nothing was handed in: this public entry reads the process's.
+            prices = (settings or process_handler_settings().tools).prices
+        price = load_prices(prices).tool_price(tool_name, default_price)
+    else:
+        price = Decimal(str(unit_price))
     if recorder is None:
-        context = current_tool_context()
         recorder = context.recorder if context is not None and context.recorder is not None else None
     if recorder is None:
         recorder = default_store().recorder()

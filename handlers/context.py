@@ -9,7 +9,8 @@ arguments instead of through them:
   `run_tool(name, args, context=ctx.for_call(call_id))`, or sets it with `use_tool_context` around
   a framework's own tool execution; `run_tool` finds it through `current_tool_context()`.
 - The store's side travels on it, injected when the invocation starts: the knowledge-base `search`
-  bound to the session and the `recorder` of paid calls (`handlers.store`).
+  bound to the session and the `recorder` of paid calls (`handlers.store`); so do the output limit
+  and prices the calls run with (`settings`, the worker's `handlers.handler_settings.ToolSettings`).
 - Tools read it with `current_tool_context()`; without one (a tool called outside a turn) they
   get None and must cope.
 
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from handlers.handler_settings import ToolSettings
     from handlers.journal import Journal, Resumed
     from handlers.store import KnowledgeSearch, PaidCallRecorder
 
@@ -119,6 +121,9 @@ class ToolContext:
     """Where `run_tool` records each call's start and result (`handlers.journal`); None: nothing is recorded."""
     resumed: Resumed | None = None
     """The earlier attempts' finished steps: `run_tool` answers a call of the open round from them."""
+    settings: ToolSettings | None = None
+    """The tool output limit and the prices the calls run with, handed in by `build_turn_input`
+    (the worker's); None, for a context built by hand outside a turn: this process's."""
 
     @property
     def idempotency_key(self) -> str | None:
@@ -137,6 +142,7 @@ class ToolContext:
         knowledge_bases: Sequence[str] = (),
         search: KnowledgeSearch | None = None,
         recorder: PaidCallRecorder | None = None,
+        settings: ToolSettings | None = None,
     ) -> ToolContext:
         """A fresh context for one invocation on `session` (anything with an `id`)."""
         raw = getattr(session, "id", None)
@@ -150,6 +156,7 @@ class ToolContext:
             turn=current_turn(),
             search=search,
             recorder=recorder,
+            settings=settings,
         )
 
     def for_call(self, tool_call_id: str) -> ToolContext:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chatq.settings import get_settings
+from handlers.handler_settings import process_handler_settings
 from handlers.store import HistoryPages, HistoryRow
 from handlers.tokens import count_message_tokens, count_tokens
 
@@ -58,10 +58,12 @@ class History:
 def trim_history(pages: HistoryPages, prompt: str = "", *, budget_tokens: int | None = None) -> History:
     """As much recent history from `pages` as fits the budget, in whole turns, plus a summary.
 
-    The budget (`CHATQ_HISTORY_TOKENS` by default) is first reduced by the tokens of `prompt`, the
-    new user message. Errors of the store pass through unchanged.
+    The budget, `budget_tokens`, is first reduced by the tokens of `prompt`, the new user message.
+    `build_turn_input` hands in the worker's `CHATQ_HISTORY_TOKENS`; a plain handler that passes
+    none gets this process's (read at this entry, `handlers.handler_settings`). Errors of the store
+    pass through unchanged.
     """
-    budget = get_settings().history_tokens if budget_tokens is None else budget_tokens
+    budget = process_handler_settings().history_tokens if budget_tokens is None else budget_tokens
     kept = _collect(pages, budget - count_tokens(prompt))
     if kept.complete:
         omitted, summary = 0, None

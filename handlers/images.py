@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from chatq.settings import ECHO_MODEL, get_settings
+from chatq.settings import ECHO_MODEL
 
 __all__ = ["VISION_MODELS_ENV", "UserContent", "image_url", "model_accepts_images", "user_content"]
 
@@ -28,12 +28,13 @@ _IMAGE_MAGIC: tuple[tuple[bytes, str], ...] = (
 )
 
 
-def model_accepts_images(model_name: str) -> bool:
-    """True if `model_name` takes image inputs (known vision families, `CHATQ_VISION_MODELS`, echo)."""
+def model_accepts_images(model_name: str, vision_models: Sequence[str] = ()) -> bool:
+    """True if `model_name` takes image inputs: known vision families, echo, and the `vision_models`
+    handed in (`CHATQ_VISION_MODELS`, for self-hosted ones)."""
     name = model_name.strip()
     if name == ECHO_MODEL:
         return True  # echo takes anything and ignores the images
-    if name in get_settings().vision_models:
+    if name in vision_models:
         return True
     # Provider prefixes ("openai/gpt-4o") are common behind gateways such as LiteLLM or OpenRouter.
     return bool(_VISION_PATTERN.search(name.rsplit("/", 1)[-1]))

@@ -3,7 +3,7 @@
 Framework-neutral (no agent framework imported): adapters turn what these return into their own
 message types.
 
-- `start_invocation(session, store)`: the `ToolContext` of one invocation, with the session's
+- `start_invocation(session, store, settings)`: the `ToolContext` of one invocation, with the session's
   knowledge bases (from the store, unless the worker's claim already read them), the store's search
   bound to them and its recorder of paid calls; an empty tuple of knowledge bases means "none
   attached: do not bind or call the search tool".
@@ -25,6 +25,7 @@ import uuid
 from typing import Any
 
 from handlers.context import ToolContext
+from handlers.handler_settings import ToolSettings
 from handlers.knowledge_search import NO_KNOWLEDGE_BASE, format_hits, search_tool
 from handlers.messages import AgentMessage, empty_usage
 from handlers.store import TurnStore
@@ -45,13 +46,14 @@ MAX_CITATIONS = 10
 NO_QUESTION = "The message has no text to search the knowledge base for."
 
 
-def start_invocation(session: Any, store: TurnStore) -> ToolContext:
-    """A fresh `ToolContext` for one invocation on `session`, its knowledge bases, search and recorder.
+def start_invocation(session: Any, store: TurnStore, settings: ToolSettings) -> ToolContext:
+    """A fresh `ToolContext` for one invocation on `session`, its knowledge bases, search and recorder,
+    and the tool `settings` handed in.
 
     A worker's claim already read the knowledge bases (`SessionInfo.knowledge_bases`); else the
     store is asked. Errors of the store pass through unchanged.
     """
-    context = ToolContext.for_session(session, recorder=store.recorder())
+    context = ToolContext.for_session(session, recorder=store.recorder(), settings=settings)
     if context.session_id is None:
         return context
     known = getattr(session, "knowledge_bases", None)

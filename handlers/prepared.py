@@ -80,12 +80,22 @@ class PreparedTurnHandler(BaseAgentHandler):
 
     def prepare(self, user_message: str, images: Sequence[str] | None = None, reply_to: int | None = None) -> TurnInput:
         """The input of one invocation on this handler's session (what the worker builds before `stream_turn`),
-        from the default store (`handlers.store`); the worker hands in its own."""
+        from the default store (`handlers.store`) and this process's settings; the worker hands in its own.
+
+        The entry of a handler called without a worker (`invoke`, `stream`, `astream`): the settings are
+        read here, once per invocation, and handed down (`handlers.handler_settings`).
+        """
         # Imported on first use: `import handlers` must not need the store.
+        from handlers.handler_settings import process_handler_settings
         from handlers.turn_input import build_turn_input
 
         return build_turn_input(
-            self.session, user_message, images=images, reply_to=reply_to, calls_tools=self.calls_tools
+            self.session,
+            user_message,
+            images=images,
+            reply_to=reply_to,
+            calls_tools=self.calls_tools,
+            settings=process_handler_settings(),
         )
 
     def stream(

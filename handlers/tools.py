@@ -25,10 +25,11 @@ from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from chatq.settings import get_settings, mask_secrets
+from chatq.settings import mask_secrets
 from chatq.text import clean_text
 from handlers.context import ToolContext, current_tool_context, use_tool_context
 from handlers.errors import OutcomeUnknown, UnknownTool
+from handlers.handler_settings import ToolSettings, process_handler_settings
 from handlers.knowledge_search import search_tool
 from handlers.messages import AgentMessage
 
@@ -43,6 +44,8 @@ __all__ = [
     "register_tool",
     "run_tool",
     "session_tool_names",
+    "tool_settings",
+    "truncate_output",
     "unregister_tool",
 ]
 
@@ -147,7 +150,8 @@ def run_tool(name: str, args: Mapping[str, Any] | None, *, context: ToolContext 
     The model reads the error and can correct itself (tools never raise into the graph); the output is
     cut at `CHATQ_MAX_TOOL_OUTPUT_CHARS` so one tool cannot flood the context window.
 
-    `context` (default: the current one, see `handlers.context`) is what the tool sees of its turn;
+    `context` (default: the current one, see `handlers.context`) is what the tool sees of its turn,
+    and carries the output limit and prices (`ToolContext.settings`; without them, this process's);
     a paid tool run with a context is recorded before it runs, once per call.
 
     With a journal on the context (`handlers.journal`) each call runs at most once per turn, in
@@ -178,13 +182,22 @@ def run_tool(name: str, args: Mapping[str, Any] | None, *, context: ToolContext 
     return output
 
 
+def tool_settings(context: ToolContext | None) -> ToolSettings:
+    """The output limit and prices a call runs with: its context's (the worker's, handed in by
+    `build_turn_input`), else, outside a turn, this process's (`handlers.handler_settings`)."""
+    settings = context.settings if context is not None else None
+    return settings if settings is not None else process_handler_settings().tools
+
+
 def _run_tool(name: str, args: Mapping[str, Any] | None, ctx: ToolContext | None, context: ToolContext | None) -> str:
     """The call itself: the paid record, the tool, its output cut to size; every failure an `Error: ...` text."""
+    settings = tool_settings(ctx)
+    limit = settings.max_output_chars
     try:
         tool = get_tool(name)
         if args is not None and not isinstance(args, Mapping):
             raise TypeError("arguments must be a JSON object")
-        if tool.paid and ctx is not None and ctx.session_id is not None and not _record_paid_call(tool, ctx):
+        if tool.paid and ctx is not None and ctx.session_id is not None and not _record_paid_call(tool, ctx, settings):
             return UNRECORDED
         with use_tool_context(context):
             output = tool.func(**dict(args or {}))
@@ -192,8 +205,8 @@ def _run_tool(name: str, args: Mapping[str, Any] | None, ctx: ToolContext | None
     except Exception as exc:
         logger.info("tool %s failed: %s", name, type(exc).__name__)
         # The model reads it and the turn stores it: an exception's text may hold a secret.
-        return truncate_output(f"Error: {mask_secrets(_describe(exc))}")
-    return truncate_output(text)
+        return truncate_output(f"Error: {mask_secrets(_describe(exc))}", limit)
+    return truncate_output(text, limit)
 
 
 def _registered(name: str) -> Tool | None:
@@ -207,20 +220,21 @@ def _result_message(call_id: str, output: str, hits: list[dict[str, Any]]) -> Ag
     return AgentMessage(role="tool", content=output, tool_call_id=call_id, citations=hits or None)
 
 
-def _record_paid_call(tool: Tool, ctx: ToolContext) -> bool:
-    """Record a paid call before it runs; False (logged, the call is not run) if that fails."""
-    from handlers.accounting import record_tool_call
+def _record_paid_call(tool: Tool, ctx: ToolContext, settings: ToolSettings) -> bool:
+    """Record a paid call before it runs, at the price `settings` give it; False (logged, the call
+    is not run) if that fails."""
+    from handlers.accounting import load_prices, record_tool_call
 
     turn = ctx.turn
     try:
         record_tool_call(
+            unit_price=load_prices(settings.prices).tool_price(tool.name, tool.price),
             tool_name=tool.name,
             tool_call_id=ctx.tool_call_id or f"uncalled-{uuid.uuid4().hex}",
             invocation_id=ctx.invocation_id,
             session_id=ctx.session_id,
             turn_id=turn.turn_id if turn is not None else None,
             attempt=turn.attempt if turn is not None else None,
-            default_price=tool.price,
             recorder=ctx.recorder,
         )
     except Exception as exc:
@@ -230,10 +244,9 @@ def _record_paid_call(tool: Tool, ctx: ToolContext) -> bool:
     return True
 
 
-def truncate_output(text: str, limit: int | None = None) -> str:
-    """Cut `text` to at most `limit` characters (default: the configured tool output limit), with
-    NULs and lone surrogates made U+FFFD: the output goes back to the model and into Postgres."""
-    limit = get_settings().max_tool_output_chars if limit is None else limit
+def truncate_output(text: str, limit: int) -> str:
+    """Cut `text` to at most `limit` characters (the tool output limit, `ToolSettings.max_output_chars`),
+    with NULs and lone surrogates made U+FFFD: the output goes back to the model and into Postgres."""
     text = clean_text(text)
     if len(text) <= limit:
         return text

@@ -4,8 +4,11 @@ The recipe every adapter used to repeat (deadline, tools, history, system prompt
 search, citations) lives here, so the adapters only run their agent. The worker builds the input
 with `build_turn_input` just before it calls `stream`, handing in its store (`handlers.store`):
 the history rows, the knowledge bases, their search and the paid-call recorder come from there;
-`BaseAgentHandler.invoke` and `astream` build it the same way on the default store. No agent
-framework is imported here, nor the database (the ruff bans of handlers/ruff.toml apply).
+and its settings (`handlers.handler_settings.HandlerSettings`, derived from its runtime's): the
+model, the deadline, the history budget, the vision models, the model endpoint and what tools
+need come from those. `BaseAgentHandler.invoke` and `astream` build it the same way on the default
+store and this process's settings (`PreparedTurnHandler.prepare`). No agent framework is imported
+here, nor the database (the ruff bans of handlers/ruff.toml apply); nothing here reads the settings.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatq.errors import ConfigError
-from chatq.settings import get_settings, mask_secrets
+from chatq.settings import mask_secrets
 from handlers.context import ToolContext
 from handlers.deadline import Deadline
 from handlers.errors import AgentInvocationError, HandlerError
+from handlers.handler_settings import HandlerSettings, ModelEndpoint
 from handlers.history import History, trim_history
 from handlers.images import UserContent, model_accepts_images, user_content
 from handlers.journal import Journal, Resumed
@@ -111,6 +115,10 @@ class TurnInput:
     deadline: Deadline
     """The turn timeout (`CHATQ_TURN_TIMEOUT`), started when the input was built: `remaining()` for request
     timeouts, `check()` between chunks and steps."""
+    endpoint: ModelEndpoint
+    """The OpenAI-compatible server to build the model client for: base URL, key, request timeout
+    (`handlers.chat_models.models.get_chat_model(turn.model, turn.endpoint)`); `endpoint.unavailable(model)`
+    says why a model cannot run on it."""
     resumed: Resumed = dataclasses.field(default_factory=Resumed)
     """What earlier attempts of the turn finished (`handlers.journal`): the adapter continues after
     `resumed.messages` (the conversation is history, the user message, then those), runs the open
@@ -148,6 +156,7 @@ def build_turn_input(
     images: Sequence[str] | None = None,
     reply_to: int | None = None,
     calls_tools: bool = True,
+    settings: HandlerSettings,
     store: TurnStore | None = None,
     journal: Journal | None = None,
 ) -> TurnInput:
@@ -155,6 +164,9 @@ def build_turn_input(
 
     `calls_tools` is the adapter's `BaseAgentHandler.calls_tools`: False binds no tools and puts a
     knowledge-base search at the end of the system prompt instead of into the conversation.
+    `settings` (the worker's, derived from its runtime's) give the model of a session that names
+    none, the turn timeout, the history budget, the vision models, the model endpoint and the tool
+    settings the `ToolContext` carries.
     `store` (default: `handlers.store.default_store()`) hands in the session's data. `journal` (the
     worker's, `handlers.journal`) is read once here: with finished steps the invocation resumes
     after them (the first search is among them, not made again); a framework that calls no tools
@@ -164,12 +176,12 @@ def build_turn_input(
     is; an error of the store or of the configuration unchanged (the worker classifies it: retries
     the delivery, or fails the turn); anything else as AgentInvocationError.
     """
-    deadline = Deadline(get_settings().turn_timeout)
+    deadline = Deadline(settings.turn_timeout)
     store = default_store() if store is None else store
     # The store's reads come first and outside the net below: their errors are the worker's to judge.
     # History before any search: a `reply_to` of another session fails before a paid search is made.
-    tool_context = start_invocation(session, store)
-    history = _history(store, tool_context, session, reply_to, user_message)
+    tool_context = start_invocation(session, store, settings.tools)
+    history = _history(store, tool_context, session, reply_to, user_message, settings.history_tokens)
     journal = journal if calls_tools else None
     resumed = Resumed.of(journal.done) if journal is not None else Resumed()
     if journal is not None:
@@ -178,7 +190,16 @@ def build_turn_input(
         tool_context.retrieved.add(resumed.hits)
     try:
         built = _build(
-            session, user_message, images, reply_to, calls_tools, deadline, tool_context, history, resumed.steps > 0
+            session,
+            user_message,
+            images,
+            reply_to,
+            calls_tools,
+            settings,
+            deadline,
+            tool_context,
+            history,
+            resumed.steps > 0,
         )
         return dataclasses.replace(built, resumed=resumed, journal=journal)
     except (HandlerError, ConfigError):
@@ -194,13 +215,15 @@ def build_turn_input(
         raise AgentInvocationError(f"The agent failed ({type(exc).__name__}).") from exc
 
 
-def _history(store: TurnStore, context: ToolContext, session: AgentSession, reply_to: int | None, text: str) -> History:
+def _history(
+    store: TurnStore, context: ToolContext, session: AgentSession, reply_to: int | None, text: str, budget: int
+) -> History:
     """The session's history rows from the store, cut to the budget (`handlers.history.trim_history`)."""
     if context.session_id is None:
         raise HandlerError(f"session id {session.id!r} is not a UUID")
     try:
         with store.history(context.session_id, reply_to) as pages:
-            return trim_history(pages, text)
+            return trim_history(pages, text, budget_tokens=budget)
     except NotAUserMessage as exc:
         raise HandlerError(exc.message) from None
 
@@ -211,12 +234,13 @@ def _build(
     images: Sequence[str] | None,
     reply_to: int | None,
     calls_tools: bool,
+    settings: HandlerSettings,
     deadline: Deadline,
     tool_context: ToolContext,
     history: History,
     resuming: bool,
 ) -> TurnInput:
-    model = get_settings().session_model(session.model)
+    model = settings.session_model(session.model)
     knowledge_bases = tool_context.knowledge_bases
     tools = session_tool_names((session.metadata_ or {}).get("tools"), knowledge_bases) if calls_tools else ()
     retrieval: Retrieval | None = None
@@ -237,7 +261,7 @@ def _build(
         model=model,
         user_message=text,
         images=refs,
-        user_content=user_content(text, refs, accepts_images=model_accepts_images(model)),
+        user_content=user_content(text, refs, accepts_images=model_accepts_images(model, settings.vision_models)),
         reply_to=reply_to,
         history=tuple(history.messages),
         history_omitted=history.omitted,
@@ -247,4 +271,5 @@ def _build(
         retrieval=retrieval,
         tool_context=tool_context,
         deadline=deadline,
+        endpoint=settings.endpoint,
     )

@@ -90,14 +90,17 @@ def _webhook_report(db: Session, turn: Turn) -> dict[str, Any] | None:
     }
 
 
-def usage_report(session_id: uuid.UUID | str | None = None, *, batch: str | None = None) -> dict[str, Any]:
+def usage_report(
+    session_id: uuid.UUID | str | None = None, *, batch: str | None = None, prices: str | None = None
+) -> dict[str, Any]:
     """Token usage and costs, overall, for one session or for one batch, with breakdowns per model and tool.
 
     Keys: `session_id`, `batch`, `turns`, `prompt_tokens`, `completion_tokens`, `total_tokens`,
     `by_model` (each with `estimated_cost`), `tool_calls`, `tool_cost`, `by_tool` (`tool`, `calls`,
     `units`, `cost`), `token_cost`, `estimated_cost` (token_cost + tool_cost), `unpriced_models`
     and `currency`. Tool costs are what each paid call cost when it was made; token costs are
-    estimated now from `CHATQ_PRICES` (see `handlers.accounting`); a model without a price there
+    estimated now from `prices`, `CHATQ_PRICES` as configured (the CLI hands its settings' in; None:
+    no price table; see `handlers.accounting`); a model without a price there
     has `estimated_cost` None and is listed in `unpriced_models`. Sessions that name no model (the
     worker's default) are one row with `model` None, unpriced. When no model used has a price,
     `token_cost` is None, and so is `estimated_cost` unless paid tools were called.
@@ -105,7 +108,7 @@ def usage_report(session_id: uuid.UUID | str | None = None, *, batch: str | None
     """
     from handlers.accounting import load_prices
 
-    prices = load_prices()
+    table = load_prices(prices)
     with session_scope() as db:
         query = (
             select(
@@ -155,7 +158,7 @@ def usage_report(session_id: uuid.UUID | str | None = None, *, batch: str | None
             tool_rows = _merged(tool_rows, db.execute(_rolled_up_tools()).all())
         for model, n, p, c, t in model_rows:
             # NULL: sessions on the worker's default model, which this process cannot know to price.
-            cost = None if model is None else prices.token_cost(model, int(p), int(c))
+            cost = None if model is None else table.token_cost(model, int(p), int(c))
             if cost is None:
                 unpriced.append(model or WORKER_DEFAULT)
             else:
@@ -191,7 +194,7 @@ def usage_report(session_id: uuid.UUID | str | None = None, *, batch: str | None
         "token_cost": _money(token_cost if priced else None),
         "estimated_cost": _money(estimated),
         "unpriced_models": unpriced,
-        "currency": prices.currency,
+        "currency": table.currency,
     }
 
 

@@ -11,8 +11,9 @@ import functools
 from langchain_core.language_models import BaseChatModel
 
 from chatq.errors import ConfigError
-from chatq.settings import ECHO_MODEL, get_settings
+from chatq.settings import ECHO_MODEL
 from handlers.chat_models.echo import EchoChatModel
+from handlers.handler_settings import ModelEndpoint
 from handlers.images import VISION_MODELS_ENV, model_accepts_images
 
 __all__ = ["NO_KEY_PLACEHOLDER", "VISION_MODELS_ENV", "get_chat_model", "model_accepts_images"]
@@ -21,20 +22,20 @@ NO_KEY_PLACEHOLDER = "chatq-no-key"
 """Sent as the API key to an OpenAI-compatible server that needs none (vLLM, Ollama, a stub)."""
 
 
-def get_chat_model(model_name: str) -> BaseChatModel:
-    """The process's client for `model_name`: `echo` is the offline model, anything else ChatOpenAI.
+def get_chat_model(model_name: str, endpoint: ModelEndpoint) -> BaseChatModel:
+    """The process's client for `model_name` on `endpoint` (the turn's, `TurnInput.endpoint`): `echo`
+    is the offline model, anything else ChatOpenAI.
 
-    Raises ConfigError when the model needs an OpenAI key or base URL this process does not have.
+    Raises ConfigError when the model needs an OpenAI key or base URL the endpoint does not have.
     """
     name = model_name.strip()
     if name == ECHO_MODEL:
         return _echo()
-    settings = get_settings()
-    problem = settings.model_unavailable(name)
+    problem = endpoint.unavailable(name)
     if problem:
         # Configuration, not a passing failure: the turn fails at once instead of being retried.
         raise ConfigError(problem)
-    return _openai(name, settings.openai_base_url, settings.openai_api_key, settings.turn_timeout)
+    return _openai(name, endpoint.base_url, endpoint.api_key, endpoint.timeout)
 
 
 @functools.cache

@@ -38,7 +38,7 @@ class LangGraphHandler(PreparedTurnHandler):
 
     def run(self, turn: TurnInput) -> Generator[StreamEvent, None, Reply]:
         """Text events as tokens arrive, tool started/finished events; returns the turn's messages and usage."""
-        model = get_chat_model(turn.model)
+        model = get_chat_model(turn.model, turn.endpoint)
         # Built once per invocation and handed to the nodes through the config, never per loop.
         llm = model.bind_tools(langchain_tools(turn.tools)) if turn.tools else model
         graph_run = GraphRun()

@@ -18,7 +18,7 @@ from handlers.chat_models.turn import collect, stream_model
 from handlers.context import use_tool_context
 from handlers.errors import HandlerError
 from handlers.langgraph.state import AgentState, context_of
-from handlers.tools import truncate_output
+from handlers.tools import tool_settings, truncate_output
 
 __all__ = ["AGENT_NODE", "RETRIEVE_NODE", "TOOL_NODE", "ToolExecutionNode", "agent_node", "retrieve_node"]
 
@@ -96,6 +96,7 @@ class ToolExecutionNode:
         last = state["messages"][-1]
         calls = last.tool_calls if isinstance(last, AIMessage) else []
         results: list[BaseMessage] = []
+        limit = tool_settings(context.tools).max_output_chars
         for call in calls:
             context.deadline.check()
             name, call_id = call["name"], call.get("id") or ""
@@ -104,7 +105,7 @@ class ToolExecutionNode:
                 output, failed = _run(self.by_name.get(name), name, call.get("args") or {}, config)
             results.append(
                 ToolMessage(
-                    content=truncate_output(output),
+                    content=truncate_output(output, limit),
                     tool_call_id=call_id,
                     name=name,
                     status="error" if failed else "success",

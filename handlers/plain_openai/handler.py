@@ -19,13 +19,14 @@ from typing import Any
 import openai
 
 from chatq.errors import ConfigError
-from chatq.settings import ECHO_MODEL, get_settings
+from chatq.settings import ECHO_MODEL
 from handlers.base import AgentMessage, StreamEvent, StreamEventKind, Usage, empty_usage
 from handlers.chat_models.http import model_http_client  # imports no LangChain either
 from handlers.context import ToolContext
 from handlers.deadline import Deadline
 from handlers.echo import echo
 from handlers.errors import TOO_MANY_STEPS, AgentInvocationError
+from handlers.handler_settings import ModelEndpoint
 from handlers.prepared import PreparedTurnHandler, Reply
 from handlers.tools import get_tool, run_tool
 from handlers.turn_input import TurnInput
@@ -65,7 +66,7 @@ class PlainOpenAIHandler(PreparedTurnHandler):
             outputs = yield from _run_calls(turn, turn.resumed.pending, skip_events=turn.resumed.results)
             produced += _tool_results(messages, turn.resumed.pending, outputs)
         for _ in range(MAX_MODEL_CALLS):
-            step = yield from _complete(turn.model, messages, turn.tools, turn.deadline)
+            step = yield from _complete(turn.model, turn.endpoint, messages, turn.tools, turn.deadline)
             for key in usage:
                 usage[key] += step.usage.get(key, 0)
             if not step.calls:
@@ -107,7 +108,7 @@ class _Step:
 
 
 def _complete(
-    model: str, messages: list[dict[str, Any]], tools: Sequence[str], deadline: Deadline
+    model: str, endpoint: ModelEndpoint, messages: list[dict[str, Any]], tools: Sequence[str], deadline: Deadline
 ) -> Generator[StreamEvent, None, _Step]:
     """Stream one chat completion, yielding its text as it comes; returns the whole step."""
     deadline.check()
@@ -126,7 +127,7 @@ def _complete(
     text: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
     usage = empty_usage()
-    stream: Any = _client(model).chat.completions.create(**request)
+    stream: Any = _client(model, endpoint).chat.completions.create(**request)
     try:
         for chunk in stream:
             deadline.check()  # a server that trickles tokens forever is cut off too
@@ -241,12 +242,11 @@ def _to_openai(payload: Mapping[str, Any]) -> dict[str, Any]:
     return {"role": role, "content": content}
 
 
-def _client(model: str) -> openai.OpenAI:
-    settings = get_settings()
-    problem = settings.model_unavailable(model)
+def _client(model: str, endpoint: ModelEndpoint) -> openai.OpenAI:
+    problem = endpoint.unavailable(model)
     if problem:
         raise ConfigError(problem)  # not retried: the same configuration fails the same way
-    return _cached_client(settings.openai_base_url, settings.openai_api_key, settings.turn_timeout)
+    return _cached_client(endpoint.base_url, endpoint.api_key, endpoint.timeout)
 
 
 @functools.lru_cache(maxsize=8)

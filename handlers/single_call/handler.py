@@ -37,7 +37,7 @@ class SingleCallHandler(PreparedTurnHandler):
         if turn.retrieval is not None:
             # The search already ran and closes the system prompt; it is reported like a tool call.
             yield from turn.retrieval.events()
-        llm = get_chat_model(turn.model)
+        llm = get_chat_model(turn.model, turn.endpoint)
         messages = [SystemMessage(content=turn.system_prompt), *conversation(turn)]
         chunks: list[AIMessageChunk] = []
         for chunk in stream_model(llm, messages, turn.deadline):

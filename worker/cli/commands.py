@@ -242,7 +242,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_usage(args: argparse.Namespace) -> int:
     from worker.queries import format_usage, usage_report
 
-    report = usage_report(args.session, batch=args.batch)
+    report = usage_report(args.session, batch=args.batch, prices=args.settings.prices)
     if args.json:
         _print_json(report)
         return EXIT_OK
@@ -280,7 +280,7 @@ def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
         require_schema(settings)  # an unmigrated database: say `chatq db upgrade` now, not in every turn's error
         # A plugin that cannot be imported fails every Celery process at start (a restart loop of
         # tracebacks under the supervisor): one line and exit 1 here instead.
-        load_plugins()
+        load_plugins(settings.plugins)
     defaults = [
         "worker",
         # Turns wait on the model, not the CPU: threads keep many in flight on few cores.

@@ -16,6 +16,7 @@ from models.db import get_engine, session_scope
 from models.errors import NotAUserMessage
 from models.history import session_history
 from models.tables import Turn, TurnStatus
+from tests.support.env import environ
 from tests.support.factories import (
     Msg,
     TurnRef,
@@ -211,16 +212,14 @@ def test_the_prompt_is_paid_for_out_of_the_budget() -> None:
     assert history.tokens <= budget - count_tokens(prompt)
 
 
-def test_the_default_budget_comes_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    import handlers.history
-    from chatq.settings import get_settings
-
+def test_without_a_budget_a_plain_handler_gets_the_process_budget() -> None:
+    # A plain handler calls trim_history(pages, prompt) with nothing handed in: CHATQ_HISTORY_TOKENS.
     sid = create_session()
     for n in range(3):
         add_turn(sid, exchange(n))
-    small = dataclasses.replace(get_settings(), history_tokens=cost(exchange(2)))
-    monkeypatch.setattr(handlers.history, "get_settings", lambda: small)
-    assert build_history(ref(sid)).messages == as_dicts(exchange(2))
+    with environ(CHATQ_HISTORY_TOKENS=str(cost(exchange(2)))):
+        assert build_history(ref(sid)).messages == as_dicts(exchange(2))
+    assert build_history(ref(sid)).messages == as_dicts(exchange(0) + exchange(1) + exchange(2))
 
 
 @pytest.mark.parametrize("status", [TurnStatus.FAILED, TurnStatus.CANCELLED, TurnStatus.QUEUED, TurnStatus.RUNNING])

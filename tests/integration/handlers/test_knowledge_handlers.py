@@ -18,6 +18,7 @@ from handlers import AgentMessage, framework_names, get_agent_handler
 from handlers.accounting import record_tool_call
 from handlers.base import SessionInfo
 from handlers.context import ToolContext, running_turn
+from handlers.handler_settings import ToolSettings
 from handlers.knowledge import start_invocation
 from handlers.tools import KNOWLEDGE_BASE_TOOL, UNRECORDED, Tool, register_tool, run_tool, unregister_tool
 from models.db import session_scope
@@ -187,14 +188,14 @@ def test_listing_the_tool_in_metadata_does_not_bind_it_without_knowledge_bases(
 
 def test_a_paid_call_is_recorded_once(make_session: MakeSession, corpus: Corpus) -> None:
     session = _kb_session(make_session, corpus, "langgraph")
-    context = start_invocation(session, PostgresTurnStore())
+    context = start_invocation(session, PostgresTurnStore(), ToolSettings())
     call = context.for_call("call-1")
     assert "Refund policy" in run_tool(KNOWLEDGE_BASE_TOOL, {"query": "refund"}, context=call)
     assert "Refund policy" in run_tool(KNOWLEDGE_BASE_TOOL, {"query": "refund"}, context=call)  # replayed
     assert run_tool(KNOWLEDGE_BASE_TOOL, {"query": "refund"}, context=context.for_call("call-2"))
     assert [p.tool_call_id for p in _paid_calls(session.id)] == ["call-1", "call-2"]
     # The same call in a new invocation (a retried attempt) really ran again: a new record.
-    again = start_invocation(session, PostgresTurnStore()).for_call("call-1")
+    again = start_invocation(session, PostgresTurnStore(), ToolSettings()).for_call("call-1")
     run_tool(KNOWLEDGE_BASE_TOOL, {"query": "refund"}, context=again)
     assert len(_paid_calls(session.id)) == 3
     # record_tool_call itself is idempotent on (invocation, call).
@@ -220,12 +221,12 @@ def test_paid_calls_belong_to_the_running_turn(make_session: MakeSession, corpus
 
         db.get_one(Turn, running.id).attempts = 2
     # Without the worker saying which turn runs, the session's running turn is taken.
-    context = start_invocation(session, PostgresTurnStore())
+    context = start_invocation(session, PostgresTurnStore(), ToolSettings())
     run_tool(KNOWLEDGE_BASE_TOOL, {"query": "refund"}, context=context.for_call("a"))
     # With it, what the worker said.
     other_turn = add_turn(session.id, [user("earlier")], status=TurnStatus.SUCCEEDED)
     with running_turn(other_turn.id, 1):
-        told = start_invocation(session, PostgresTurnStore())
+        told = start_invocation(session, PostgresTurnStore(), ToolSettings())
     run_tool(KNOWLEDGE_BASE_TOOL, {"query": "refund"}, context=told.for_call("b"))
     paid = {p.tool_call_id: p for p in _paid_calls(session.id)}
     assert (paid["a"].turn_id, paid["a"].attempt) == (running.id, 2)

@@ -9,11 +9,12 @@ import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from sqlalchemy import update
 
-from chatq.settings import reset_settings
+from chatq.settings import get_settings, reset_settings
 from handlers.accounting import record_tool_call
 from models.db import session_scope
 from models.tables import ChatSession, Turn
@@ -46,6 +47,11 @@ def prices(value: str | None) -> Iterator[None]:
         else:
             os.environ["CHATQ_PRICES"] = saved
         reset_settings()
+
+
+def _report(session_id: uuid.UUID | None = None, *, batch: str | None = None) -> dict[str, Any]:
+    """`usage_report` with the prices handed in as `chatq usage` hands them: its settings' CHATQ_PRICES."""
+    return usage_report(session_id, batch=batch, prices=get_settings().prices)
 
 
 def _turn(session_id: uuid.UUID, prompt: int, completion: int) -> uuid.UUID:
@@ -87,7 +93,7 @@ def test_a_session_report_has_tokens_tool_costs_and_an_estimate() -> None:
         assert _search(session_id, first, "c1", invocation)
         assert _search(session_id, first, "c2", invocation)
         assert not _search(session_id, first, "c1", invocation)  # the same call: recorded once
-        report = usage_report(session_id)
+        report = _report(session_id)
     # The keys chatq usage always had, unchanged.
     assert report["session_id"] == str(session_id)
     assert (report["turns"], report["prompt_tokens"], report["completion_tokens"]) == (2, 1_500_000, 100_000)
@@ -121,7 +127,7 @@ def test_costs_are_kept_as_they_were_when_the_call_was_made() -> None:
         _search(session_id, None, "old", uuid.uuid4())
     with prices('{"tools": {"search_knowledge_base": 1}}'):
         _search(session_id, None, "new", uuid.uuid4())
-        report = usage_report(session_id)
+        report = _report(session_id)
     assert report["tool_cost"] == 1.5
     assert report["token_cost"] == 0.0  # no turns; echo is free anyway
 
@@ -130,7 +136,7 @@ def test_models_without_a_price_are_listed() -> None:
     session_id = _session("mystery-model")
     _turn(session_id, 10, 5)
     with prices(None):
-        report = usage_report(session_id)
+        report = _report(session_id)
     assert report["by_model"][0]["estimated_cost"] is None
     assert report["unpriced_models"] == ["mystery-model"]
     # Nothing has a price: no cost, not a cost of zero.
@@ -142,7 +148,7 @@ def test_models_without_a_price_are_listed() -> None:
     # Partly priced: the estimate says it covers the priced part only.
     with prices(PRICES):
         _search(session_id, None, "c", uuid.uuid4())  # a paid call costs what it cost when made
-        lines = format_usage(usage_report(session_id))
+        lines = format_usage(_report(session_id))
     assert lines[-2:] == [
         "estimated cost: 0.002000 USD for the priced part only",
         "no price for: mystery-model (set CHATQ_PRICES)",
@@ -170,7 +176,7 @@ def test_a_batch_report_covers_its_sessions_only() -> None:
     _search(inside, _turn(inside, 100, 10), "a", uuid.uuid4())
     _search(outside, _turn(outside, 999, 99), "b", uuid.uuid4())
     with prices(PRICES):
-        report = usage_report(batch=batch)
+        report = _report(batch=batch)
     assert (report["batch"], report["turns"], report["prompt_tokens"], report["tool_calls"]) == (batch, 1, 100, 1)
 
 
@@ -179,7 +185,7 @@ def test_an_unknown_batch_is_an_error_like_an_unknown_session(capsys: pytest.Cap
 
     unknown_session, unknown_batch = uuid.uuid4(), f"nosuch-{uuid.uuid4().hex[:8]}"
     with pytest.raises(BatchNotFound):
-        usage_report(batch=unknown_batch)
+        _report(batch=unknown_batch)
     for args, error in (
         (["--session", str(unknown_session)], f"session {unknown_session} does not exist"),
         (["--batch", unknown_batch], f"batch {unknown_batch!r} does not exist (no session belongs to it)"),
@@ -196,7 +202,7 @@ def test_an_unknown_batch_is_an_error_like_an_unknown_session(capsys: pytest.Cap
 
 def test_a_bad_price_table_is_a_one_line_error(chatq_env: dict[str, str]) -> None:
     with prices("{oops"), pytest.raises(ConfigError, match="CHATQ_PRICES is not valid JSON"):
-        usage_report()
+        _report()
     result = subprocess.run(
         [sys.executable, "-m", "worker.cli", "usage", "--json"],
         cwd=ROOT,

@@ -1,15 +1,14 @@
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-
 import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, SystemMessage
 
-from chatq.settings import reset_settings
+from chatq.errors import ConfigError
+from chatq.settings import Settings
 from handlers.chat_models.echo import EMPTY_ECHO, EchoChatModel
-from handlers.chat_models.models import VISION_MODELS_ENV, get_chat_model, model_accepts_images
+from handlers.chat_models.models import get_chat_model, model_accepts_images
 from handlers.chat_models.turn import Deadline, collect, stream_model
+from handlers.handler_settings import HandlerSettings, ModelEndpoint
 from handlers.tools import default_tool_names
 
 
@@ -50,28 +49,22 @@ def test_echo_ignores_images_and_never_calls_tools() -> None:
 
 
 def test_get_chat_model_caches_per_process() -> None:
-    assert get_chat_model("echo") is get_chat_model("echo")
-    assert isinstance(get_chat_model("echo"), EchoChatModel)
+    endpoint = ModelEndpoint()
+    assert get_chat_model("echo", endpoint) is get_chat_model("echo", endpoint)
+    assert isinstance(get_chat_model("echo", endpoint), EchoChatModel)
 
 
-@pytest.fixture
-def no_extra_vision_models() -> Iterator[None]:
-    saved = os.environ.pop(VISION_MODELS_ENV, None)
-    reset_settings()
-    yield
-    if saved is None:
-        os.environ.pop(VISION_MODELS_ENV, None)
-    else:
-        os.environ[VISION_MODELS_ENV] = saved
-    reset_settings()
+def test_get_chat_model_refuses_a_model_the_endpoint_cannot_serve() -> None:
+    with pytest.raises(ConfigError, match="needs OPENAI_API_KEY or OPENAI_BASE_URL"):
+        get_chat_model("gpt-4o-mini", ModelEndpoint())
 
 
-@pytest.mark.usefixtures("no_extra_vision_models")
 def test_model_accepts_images() -> None:
     for name in ("gpt-4o-mini", "gpt-4.1", "gpt-5-nano", "o3-mini", "o4-mini", "llava-vision", "openai/gpt-4o", "echo"):
         assert model_accepts_images(name), name
     for name in ("gpt-3.5-turbo", "llama3", "mistral-7b"):
         assert not model_accepts_images(name), name
-    os.environ[VISION_MODELS_ENV] = "llama3, qwen2-vl"
-    reset_settings()
-    assert model_accepts_images("llama3") and model_accepts_images("qwen2-vl")
+    # CHATQ_VISION_MODELS, handed in (`HandlerSettings.vision_models`).
+    vision = HandlerSettings.of(Settings(vision_models=("llama3", "qwen2-vl"))).vision_models
+    assert model_accepts_images("llama3", vision) and model_accepts_images("qwen2-vl", vision)
+    assert not model_accepts_images("mistral-7b", vision)

@@ -6,7 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from handlers.context import ToolContext
 from handlers.errors import UnknownTool
+from handlers.handler_settings import ToolSettings
 from handlers.tools import (
     MAX_EXPRESSION_CHARS,
     TRUNCATION_MARK,
@@ -164,6 +166,13 @@ def small_tool_output() -> Iterator[int]:
 def test_tool_output_is_cut(small_tool_output: int, scratch_tools: list[str]) -> None:
     scratch_tools.append("chatty_test_tool")
     register_tool(Tool(name="chatty_test_tool", description="long", func=lambda: "x" * 1000))
+    # Outside a turn nothing is handed in: the process's CHATQ_MAX_TOOL_OUTPUT_CHARS.
     result = run_tool("chatty_test_tool", {})
     assert len(result) == small_tool_output
     assert result.endswith(TRUNCATION_MARK)
+    # In a turn the limit comes with the tool context (the worker's settings), not from the process.
+    handed_in = ToolContext(session_id=None, settings=ToolSettings(max_output_chars=40))
+    cut = run_tool("chatty_test_tool", {}, context=handed_in)
+    assert len(cut) == 40 and cut.endswith(TRUNCATION_MARK)
+    uncut = run_tool("chatty_test_tool", {}, context=ToolContext(session_id=None, settings=ToolSettings()))
+    assert uncut == "x" * 1000

@@ -16,12 +16,14 @@ from typing import Any
 
 import pytest
 
+from chatq.settings import Settings
 from handlers.accounting import record_tool_call
 from handlers.context import ToolContext, use_tool_context
 from handlers.errors import HandlerError
+from handlers.handler_settings import HandlerSettings
 from handlers.history import trim_history
 from handlers.messages import SessionInfo
-from handlers.tokens import count_message_tokens
+from handlers.tokens import count_message_tokens, count_tokens
 from handlers.tools import KNOWLEDGE_BASE_TOOL, run_tool
 from handlers.turn_input import build_turn_input
 from models.errors import NotAUserMessage
@@ -137,13 +139,17 @@ class Store:
         return record
 
 
+SETTINGS = HandlerSettings()
+"""Handed to every turn built here: chatq's defaults, whatever this process's environment says."""
+
+
 def _session() -> SessionInfo:
     return SessionInfo(id=uuid.uuid4(), agent_framework="none", model="echo", knowledge_bases=None)
 
 
 def test_a_turn_is_prepared_from_the_store_it_is_handed(chatq_env: dict[str, str]) -> None:
     store, session = Store(), _session()
-    turn = build_turn_input(session, "refunds?", store=store)
+    turn = build_turn_input(session, "refunds?", settings=SETTINGS, store=store)
     assert [m["content"] for m in turn.history] == [r.content for r in store.pages.rows]
     assert turn.knowledge_bases == ("handbook",)
     # The first search went through the store's search, bound to the session, and was recorded by its recorder.
@@ -154,16 +160,45 @@ def test_a_turn_is_prepared_from_the_store_it_is_handed(chatq_env: dict[str, str
     assert turn.tool_context.search is not None and turn.tool_context.recorder is not None
 
 
+def test_a_turn_is_prepared_with_the_settings_it_is_handed(chatq_env: dict[str, str]) -> None:
+    """Not the process's: every value handlers/ uses comes from the `HandlerSettings` handed in."""
+    handed = HandlerSettings.of(
+        Settings(
+            default_model="llama3",
+            openai_base_url="http://models.invalid/v1",
+            turn_timeout=7.5,
+            history_tokens=_cost(Pages(turns=2).rows[-2:]) + count_tokens("refunds?"),
+            vision_models=("llama3",),
+            max_tool_output_chars=321,
+            prices='{"tools": {"search_knowledge_base": 0.25}}',
+        )
+    )
+    store = Store()
+    session = SessionInfo(id=uuid.uuid4(), agent_framework="none", model=None, knowledge_bases=None)
+    turn = build_turn_input(session, "refunds?", images=["https://x/y.png"], settings=handed, store=store)
+    assert turn.model == "llama3"  # the session names none: the handed-in default
+    assert turn.deadline.seconds == turn.timeout == 7.5
+    assert turn.endpoint == handed.endpoint and turn.endpoint.base_url == "http://models.invalid/v1"
+    assert len(turn.history) == 2 and turn.history_omitted == 2  # the budget held the last turn only
+    assert isinstance(turn.user_content, list)  # llama3 takes images here, by the vision models handed in
+    assert turn.tool_context.settings == handed.tools
+    # The first search was priced by the prices handed in.
+    assert [c["unit_price"] for c in store.recorded] == [Decimal("0.25")]
+    with_defaults = build_turn_input(session, "refunds?", images=["https://x/y.png"], settings=SETTINGS, store=Store())
+    assert with_defaults.model == "echo" and isinstance(with_defaults.user_content, list)
+    assert len(with_defaults.history) == 4 and with_defaults.deadline.seconds == SETTINGS.turn_timeout
+
+
 def test_the_stores_errors_reach_the_caller_unchanged(chatq_env: dict[str, str]) -> None:
     class Outage(Exception):
         pass
 
     with pytest.raises(Outage):
-        build_turn_input(_session(), "hi", store=Store(history_error=Outage("connection refused")))
+        build_turn_input(_session(), "hi", settings=SETTINGS, store=Store(history_error=Outage("connection refused")))
     # A reply_to the store cannot place is bad input, as the contract says: a HandlerError.
     refused = Store(history_error=NotAUserMessage("reply_to 7 is not a user message of this session"))
     with pytest.raises(HandlerError, match="reply_to 7 is not a user message"):
-        build_turn_input(_session(), "hi", reply_to=7, store=refused)
+        build_turn_input(_session(), "hi", reply_to=7, settings=SETTINGS, store=refused)
 
 
 def test_paid_calls_and_searches_go_through_the_tool_context(chatq_env: dict[str, str]) -> None:

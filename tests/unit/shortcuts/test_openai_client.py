@@ -17,6 +17,8 @@ from chatq.shortcuts import openai_client
 from chatq.shortcuts.openai_client import DictChunkOpenAI, PlainJSONCompletions, build_client, is_plain_json
 from handlers.chat_models import models
 from handlers.chat_models.models import get_chat_model
+from handlers.handler_settings import ModelEndpoint
+from tests.support.fixtures import STUB_API_KEY
 from tests.support.openai_stub import OpenAIStub
 
 CONTENTS = ["[words: 4]", "[calc: 6*7]", '[tool: current_time {"timezone": "UTC"}]']
@@ -100,7 +102,7 @@ def test_langchain_builds_the_same_message_from_either_client(
 
 
 def test_the_chat_models_chatq_builds_use_it(stub_env: OpenAIStub) -> None:
-    model = get_chat_model("gpt-4o-mini")
+    model = get_chat_model("gpt-4o-mini", _endpoint(stub_env))
     assert isinstance(model, ChatOpenAI)
     assert isinstance(model.root_client, DictChunkOpenAI)
     assert model.client is not None and model.client._client is model.root_client
@@ -120,7 +122,7 @@ def test_where_the_shortcut_is_off_chatq_builds_on_the_stock_client_and_streams_
     stub_env: OpenAIStub,
 ) -> None:
     assert type(build_client(base_url=stub_env.base_url, api_key="k", timeout=5, max_retries=0)) is openai.OpenAI
-    model = get_chat_model("gpt-4o-mini")
+    model = get_chat_model("gpt-4o-mini", _endpoint(stub_env))
     assert isinstance(model, ChatOpenAI)
     assert type(model.root_client) is openai.OpenAI
     chunks = list(model.stream([HumanMessage("[words: 4]")]))
@@ -271,3 +273,8 @@ def test_an_unknown_keyword_fails_as_the_sdk_fails(clients: tuple[openai.OpenAI,
 )
 def test_is_plain_json(value: object, plain: bool) -> None:
     assert is_plain_json(value) is plain
+
+
+def _endpoint(stub: OpenAIStub) -> ModelEndpoint:
+    """The stub as the endpoint a turn hands the adapter (`TurnInput.endpoint`)."""
+    return ModelEndpoint(base_url=stub.base_url, api_key=STUB_API_KEY, timeout=5)

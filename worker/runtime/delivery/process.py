@@ -19,6 +19,7 @@ from sqlalchemy import Engine
 
 from chatq.per_process import PerProcess
 from chatq.settings import Settings, get_settings
+from handlers.handler_settings import HandlerSettings
 from models.db import get_engine
 from worker.events import get_redis
 from worker.runtime.observers.hooks import HookRegistry
@@ -45,6 +46,12 @@ class Runtime:
     """The pooled engine every Postgres statement of a turn runs on (`models.db.get_engine()` in a worker)."""
     redis: redis.Redis
     """The Redis client events, markers and the shared limits use (`worker.events.get_redis()` in a worker)."""
+
+    @property
+    def handler_settings(self) -> HandlerSettings:
+        """What handlers/ needs of `settings` (model, timeouts, budgets, endpoint, tool settings), handed
+        to `build_turn_input` for each turn: handlers/ reads no settings of its own."""
+        return HandlerSettings.of(self.settings)
 
     @property
     def notifier(self) -> ThreadPoolExecutor:

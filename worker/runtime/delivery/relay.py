@@ -113,13 +113,15 @@ def _source(
         from models.turn_store import PostgresTurnStore
 
         # The store hands the turn its data (history rows, knowledge bases, their search, the paid-call
-        # recorder); a database error raised from it comes back here unchanged for the runner to classify.
+        # recorder), the runtime its settings; a database error raised from the store comes back here
+        # unchanged for the runner to classify.
         turn = build_turn_input(
             session,
             claim.content,
             images=claim.images,
             reply_to=claim.reply_to,
             calls_tools=handler.calls_tools,
+            settings=runtime.handler_settings,
             store=PostgresTurnStore(),
             journal=journal,
         )
