@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Engine, RowMapping, TextClause, bindparam, text
+from sqlalchemy import Connection, Engine, RowMapping, bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 
 from chatq.text import clean_json, clean_text
@@ -32,46 +32,17 @@ READ = text(
     """
 )
 
-WRITE_ONE = text(
+WRITE = text(
     """
     -- Only while this attempt holds the turn: running, under its lease token.
     INSERT INTO turn_steps (turn_id, seq, kind, attempt, call_id, tool_name, message, usage)
-    SELECT t.id, v.seq, v.kind, :attempt, v.call_id, v.tool_name, v.message, v.usage
-    FROM turns t CROSS JOIN (
-        VALUES
-            (CAST(:seq_0 AS integer), CAST(:kind_0 AS varchar), CAST(:call_id_0 AS varchar),
-             CAST(:tool_name_0 AS varchar), CAST(:message_0 AS jsonb), CAST(:usage_0 AS jsonb))
-    ) AS v (seq, kind, call_id, tool_name, message, usage)
+    SELECT t.id, :seq, :kind, :attempt, :call_id, :tool_name, :message, :usage
+    FROM turns t
     WHERE t.id = :turn_id AND t.status = 'running' AND t.lease_token = :token
     ON CONFLICT (turn_id, seq) DO NOTHING
     RETURNING seq
     """
-).bindparams(*(bindparam(f"{name}_{i}", type_=JSONB) for i in range(1) for name in ("message", "usage")))
-"""One step, under the attempt's lease."""
-
-WRITE_TWO = text(
-    """
-    -- Only while this attempt holds the turn: running, under its lease token.
-    INSERT INTO turn_steps (turn_id, seq, kind, attempt, call_id, tool_name, message, usage)
-    SELECT t.id, v.seq, v.kind, :attempt, v.call_id, v.tool_name, v.message, v.usage
-    FROM turns t CROSS JOIN (
-        VALUES
-            (CAST(:seq_0 AS integer), CAST(:kind_0 AS varchar), CAST(:call_id_0 AS varchar),
-             CAST(:tool_name_0 AS varchar), CAST(:message_0 AS jsonb), CAST(:usage_0 AS jsonb)),
-            (CAST(:seq_1 AS integer), CAST(:kind_1 AS varchar), CAST(:call_id_1 AS varchar),
-             CAST(:tool_name_1 AS varchar), CAST(:message_1 AS jsonb), CAST(:usage_1 AS jsonb))
-    ) AS v (seq, kind, call_id, tool_name, message, usage)
-    WHERE t.id = :turn_id AND t.status = 'running' AND t.lease_token = :token
-    ON CONFLICT (turn_id, seq) DO NOTHING
-    RETURNING seq
-    """
-).bindparams(*(bindparam(f"{name}_{i}", type_=JSONB) for i in range(2) for name in ("message", "usage")))
-"""An assistant message and the step that follows it, in one round trip."""
-
-
-def _write_rows(count: int) -> TextClause:
-    return WRITE_ONE if count == 1 else WRITE_TWO
-
+).bindparams(bindparam("message", type_=JSONB), bindparam("usage", type_=JSONB))
 
 STALE = "this attempt no longer holds the turn (it was taken over or ended); its step was not recorded"
 
@@ -108,7 +79,6 @@ class TurnJournal:
         self._lock = threading.Lock()
         self._next = max((step.seq for step in self._done), default=0) + 1
         self._finished = sum(step.kind is not StepKind.TOOL_STARTED for step in self._done)
-        self._pending: dict[str, Any] | None = None
 
     @classmethod
     def open(cls, engine: Engine, *, turn_id: uuid.UUID, lease_token: uuid.UUID, attempt: int) -> TurnJournal:
@@ -129,29 +99,18 @@ class TurnJournal:
         return self._finished
 
     def model_step(self, message: AgentMessage, usage: Usage) -> None:
-        """Record an assistant message that calls tools, with its request's usage.
-
-        Written with the step that follows it (its first call's start, or a result): one INSERT of
-        two rows, before any of its tools runs. A run that ends between the two (an error, a
-        hand-back) writes it alone through `flush`; only a process killed in that instant loses it
-        (the model is then asked once more, as for a request in flight).
-        """
-        with self._lock:
-            self._pending = self._row(StepKind.MODEL, message=message.to_dict(), usage=dict(usage))
+        """Record an assistant message that calls tools, with its request's usage."""
+        self._write(StepKind.MODEL, message=message.to_dict(), usage=dict(usage))
 
     def tool_started(self, call_id: str, name: str) -> None:
         """Record that a tool call is about to run."""
-        self._write(self._row(StepKind.TOOL_STARTED, call_id=call_id, tool_name=name))
+        self._write(StepKind.TOOL_STARTED, call_id=call_id, tool_name=name)
 
     def tool_finished(self, call_id: str, message: AgentMessage) -> None:
         """Record a tool call's result (its `tool` message)."""
-        self._write(self._row(StepKind.TOOL_RESULT, call_id=call_id, message=message.to_dict()))
+        self._write(StepKind.TOOL_RESULT, call_id=call_id, message=message.to_dict())
 
-    def flush(self) -> None:
-        """Write an assistant message still held by `model_step` (the attempt ends before its tools)."""
-        self._write(None)
-
-    def _row(
+    def _write(
         self,
         kind: StepKind,
         *,
@@ -159,34 +118,30 @@ class TurnJournal:
         tool_name: str | None = None,
         message: dict[str, Any] | None = None,
         usage: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        return {
-            "kind": kind.value,
-            "call_id": clean_text(call_id[:255]) if call_id is not None else None,
-            "tool_name": clean_text(tool_name[:64]) if tool_name is not None else None,
-            # As the reply is stored (`worker.runtime.delivery.replies`): no NUL or lone surrogate reaches Postgres.
-            "message": clean_json(message),
-            "usage": usage,
-        }
-
-    def _write(self, row: dict[str, Any] | None) -> None:
+    ) -> None:
         with self._lock:
-            rows = [r for r in (self._pending, row) if r is not None]
-            if not rows:
-                return
-            params: dict[str, Any] = {"turn_id": self.turn_id, "token": self.lease_token, "attempt": self.attempt}
-            for index, each in enumerate(rows):
-                params.update({f"{key}_{index}": value for key, value in each.items()})
-                params[f"seq_{index}"] = self._next + index
+            params = {
+                "turn_id": self.turn_id,
+                "token": self.lease_token,
+                "seq": self._next,
+                "kind": kind.value,
+                "attempt": self.attempt,
+                "call_id": clean_text(call_id[:255]) if call_id is not None else None,
+                "tool_name": clean_text(tool_name[:64]) if tool_name is not None else None,
+                # As the reply is stored (`worker.runtime.delivery.replies`): no NUL or lone surrogate reaches Postgres.
+                "message": clean_json(message),
+                "usage": usage,
+            }
             try:
                 # One statement, atomic on its own: no transaction around it (one round trip).
                 with self._engine.connect() as db:
-                    written = db.execution_options(isolation_level="AUTOCOMMIT").execute(_write_rows(len(rows)), params)
-                    count = len(written.all())
+                    written = (
+                        db.execution_options(isolation_level="AUTOCOMMIT").execute(WRITE, params).scalar_one_or_none()
+                    )
             except Exception as exc:
                 raise StepNotRecorded(f"a step of the turn could not be recorded ({type(exc).__name__})") from exc
-            if count == 0:
+            if written is None:
                 raise StepNotRecorded(STALE, stale=True)
-            self._pending = None
-            self._next += len(rows)
-            self._finished += sum(each["kind"] != StepKind.TOOL_STARTED.value for each in rows)
+            self._next += 1
+            if kind is not StepKind.TOOL_STARTED:
+                self._finished += 1

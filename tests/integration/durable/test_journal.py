@@ -28,7 +28,6 @@ from tests.support.turns import replay_events, turn_messages
 from worker.deletion import delete_session
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest, parse_turn_request
 from worker.producer import create_session, submit_turn
-from worker.runtime.delivery.resume import kept
 from worker.runtime.delivery.runner import Outcome, Result, execute_turn
 from worker.store.claims import claim_turn, requeue_turn
 from worker.store.journal import TurnJournal, read_steps
@@ -80,7 +79,6 @@ def test_a_stale_attempt_cannot_write_the_journal() -> None:
     assert first is not None
     stale = TurnJournal.open(get_engine(), turn_id=turn_id, lease_token=first.lease_token, attempt=first.attempt)
     stale.model_step(_calls(Path("/dev/null"), EFFECT, "call_a"), USAGE)
-    stale.flush()  # held until the step that follows it, or until the attempt ends
     assert requeue_turn(first, engine=get_engine(), hand_back=True)
     second = claim_turn(turn_id, worker="w2", engine=get_engine(), settings=get_settings()).claim
     assert second is not None
@@ -94,29 +92,6 @@ def test_a_stale_attempt_cannot_write_the_journal() -> None:
     current.tool_started("call_a", EFFECT)
     with get_engine().connect() as db:
         assert [(s.seq, s.kind) for s in read_steps(db, turn_id)] == [(1, StepKind.MODEL), (2, StepKind.TOOL_STARTED)]
-
-
-@pytest.mark.usefixtures("chatq_env")
-def test_an_assistant_message_goes_in_with_its_first_call_or_when_the_attempt_ends() -> None:
-    session_id = create_session(framework="plain_openai", model="gpt-4o-mini")
-    turn_id = submit_turn(session_id, "hello").turn_id
-    claim = claim_turn(turn_id, worker="w1", engine=get_engine(), settings=get_settings()).claim
-    assert claim is not None
-    journal = TurnJournal.open(get_engine(), turn_id=turn_id, lease_token=claim.lease_token, attempt=claim.attempt)
-    journal.model_step(_calls(Path("/dev/null"), EFFECT, "call_a", "call_b"), USAGE)
-    with get_engine().connect() as db:
-        assert read_steps(db, turn_id) == []  # held: no round trip of its own
-    journal.tool_started("call_a", EFFECT)
-    with get_engine().connect() as db:
-        assert [(s.seq, s.kind) for s in read_steps(db, turn_id)] == [(1, StepKind.MODEL), (2, StepKind.TOOL_STARTED)]
-    assert journal.finished_steps == 1
-
-    # An attempt that ends (an AgentInvocationError, a hand-back) between a message and its tools keeps it.
-    journal.tool_finished("call_a", AgentMessage(role="tool", content="a", tool_call_id="call_a"))
-    journal.model_step(_calls(Path("/dev/null"), EFFECT, "call_c"), USAGE)
-    assert kept(journal) == 3
-    with get_engine().connect() as db:
-        assert [s.kind for s in read_steps(db, turn_id)][-2:] == [StepKind.TOOL_RESULT, StepKind.MODEL]
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

@@ -40,15 +40,3 @@ def resuming(why: str, journal: TurnJournal) -> dict[str, object]:
 def announced(error: str, resumed_after: int) -> dict[str, object]:
     """A `retry` event's fields: the error, and `resumed_after` when the next attempt continues after finished steps."""
     return {"error": error, "resumed_after": resumed_after} if resumed_after else {"error": error}
-
-
-def kept(journal: TurnJournal) -> int:
-    """Write a step the journal still holds (an assistant message whose tools had not started when
-    the attempt ended) and return the finished steps, where the next attempt continues.
-
-    A write that fails (the turn taken over, Postgres gone) keeps nothing more: the next attempt
-    asks the model again, as for a request in flight.
-    """
-    with contextlib.suppress(Exception):
-        journal.flush()
-    return journal.finished_steps

@@ -26,7 +26,7 @@ from worker.log_context import set_attempt, turn_context
 from worker.payload import TurnRequest
 from worker.runtime.delivery.process import Runtime
 from worker.runtime.delivery.relay import run_handler
-from worker.runtime.delivery.resume import announced, kept, open_journal, resuming
+from worker.runtime.delivery.resume import announced, open_journal, resuming
 from worker.runtime.observers import hooks
 from worker.runtime.observers.hooks import Facts
 from worker.runtime.policy import provider
@@ -244,7 +244,7 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
             send_next(ended.next_turn, client=runtime.redis)
         return Result(outcome=Outcome.CANCELLED, attempt=claim.attempt)
     except HandBack:
-        return hand_back(claim, events, runtime=runtime, resumed_after=kept(journal))
+        return hand_back(claim, events, runtime=runtime, resumed_after=journal.finished_steps)
     except LeaseLost:
         registry.lost(hooks.Lost(turn=Facts.of_claim(claim, runtime.settings), storing=False))
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
@@ -267,7 +267,7 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
     except ProviderBusy as exc:
         return wait_for_provider(claim, events, exc, runtime=runtime)
     except AgentInvocationError as exc:
-        return handle_agent_failure(claim, events, exc, runtime=runtime, resumed_after=kept(journal))
+        return handle_agent_failure(claim, events, exc, runtime=runtime, resumed_after=journal.finished_steps)
     except (UnknownFramework, InvalidTurn, HandlerError, ConfigError) as exc:
         # Bad input or configuration (a model without its key): a retry would fail the same way.
         return fail(claim, events, exc.message, runtime=runtime)
