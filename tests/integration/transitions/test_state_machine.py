@@ -157,7 +157,7 @@ class TurnMachine(RuleBasedStateMachine):
         taken_over = turn.status is TurnStatus.RUNNING
         before = _row(turn.id)
         claim = claims.claim_turn if fast else claims._claim_slow
-        result = claim(turn.id, worker=self.workers[worker])
+        result = claim(turn.id, worker=self.workers[worker], engine=get_engine(), settings=get_settings())
         event(f"claim ({'fast' if fast else 'slow'}, {turn.status}, expired={turn.expired}): {result.status}")
         if verdict is not None:
             assert result.status is verdict, (result, turn)
