@@ -27,6 +27,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from handlers.approvals import ApprovalPolicy
+
 if TYPE_CHECKING:
     from handlers.journal import Journal, Resumed
     from handlers.store import KnowledgeSearch, PaidCallRecorder
@@ -119,6 +121,9 @@ class ToolContext:
     """Where `run_tool` records each call's start and result (`handlers.journal`); None: nothing is recorded."""
     resumed: Resumed | None = None
     """The earlier attempts' finished steps: `run_tool` answers a call of the open round from them."""
+    approval: ApprovalPolicy | None = None
+    """Which calls need a person's approval besides those of tools that ask for it (`handlers.approvals`):
+    the session's `approval`; None: only those."""
 
     @property
     def idempotency_key(self) -> str | None:
@@ -150,6 +155,7 @@ class ToolContext:
             turn=current_turn(),
             search=search,
             recorder=recorder,
+            approval=ApprovalPolicy.of((getattr(session, "metadata_", None) or {}).get("approval")),
         )
 
     def for_call(self, tool_call_id: str) -> ToolContext:

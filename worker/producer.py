@@ -48,6 +48,7 @@ from worker.payload import (
     check_text,
     parse_uuid,
     used_turn_id,
+    validate_approval,
     validate_content,
     validate_images,
     validate_metadata,
@@ -142,6 +143,7 @@ def create_session(
     knowledge_bases: Sequence[str] = (),
     tenant: str | None = None,
     webhook: str | None = None,
+    approval: str | Sequence[str] | None = None,
 ) -> uuid.UUID:
     """Create a chat session and return its id; `knowledge_bases` (names) are attached in the same transaction.
 
@@ -160,7 +162,9 @@ def create_session(
     # No model: NULL, so the worker's default applies, not this process's (which may lack the key).
     model = validate_model(model)
     system_prompt = validate_system_prompt(system_prompt, settings)
-    stored_metadata = validate_metadata(metadata)
+    stored_metadata = validate_metadata(
+        metadata if approval is None else {**(metadata or {}), "approval": validate_approval(approval)}
+    )
     webhook_url = validate_webhook(webhook, allow_private=settings.webhook_allow_private)
     for name in knowledge_bases:
         if isinstance(name, str):
@@ -363,6 +367,7 @@ def update_session(
     metadata: Mapping[str, Any] | Keep | None = KEEP,
     knowledge_bases: Sequence[str] | Keep = KEEP,
     webhook: str | Keep | None = KEEP,
+    approval: str | Sequence[str] | Keep = KEEP,
     tenant: str | None = None,
 ) -> dict[str, Any]:
     """Change what is given and return the session as `get_session` does (`worker.sessions.update_session`)."""
@@ -373,6 +378,7 @@ def update_session(
         metadata=metadata,
         knowledge_bases=knowledge_bases,
         webhook=webhook,
+        approval=approval,
         tenant=tenant,
         settings=get_settings(),
     )
