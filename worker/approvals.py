@@ -3,7 +3,8 @@
 `decide_tool_call` records one decision (approve, approve with edited arguments, deny with a
 reason) on a call of a paused turn (`awaiting_approval`); after the last decision of its round the
 turn is queued again and sent, and resumes from its journal. `pending_approvals` lists what waits.
-Both are tenant-scoped like the rest of the API: another tenant's turn is not found.
+Both are tenant-scoped like the rest of the API: another tenant's turn is not found. The
+producer API (`worker.producer`) exports them, with its schema check.
 """
 
 from __future__ import annotations
@@ -16,14 +17,13 @@ from typing import Any
 
 from redis import RedisError
 
-from chatq.settings import get_settings, mask_secrets
+from chatq.settings import mask_secrets
 from handlers.approvals import Decision, PendingCall, args_problem
 from models.db import get_engine
 from worker.dispatch import send_next
 from worker.errors import InvalidTurn
 from worker.events import get_redis
 from worker.payload import check_text, parse_uuid
-from worker.schema import explains_missing_schema
 from worker.store import approvals
 
 __all__ = ["Decided", "decide_tool_call", "pending_approvals"]
@@ -107,7 +107,3 @@ def pending_approvals(*, tenant: str | None = None, limit: int = 100) -> list[di
     """Paused turns and their waiting calls, nearest deadline first:
     `{"turn_id", "session_id", "until" (Unix time), "calls": [{"id", "name", "args"}]}`."""
     return approvals.list_pending(engine=get_engine(), tenant=tenant, limit=max(1, min(int(limit), 1000)))
-
-
-decide_tool_call = explains_missing_schema(decide_tool_call, where=lambda: get_settings().database_url_masked)
-pending_approvals = explains_missing_schema(pending_approvals, where=lambda: get_settings().database_url_masked)

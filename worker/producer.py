@@ -23,6 +23,9 @@ from handlers import framework_names
 from models.db import autocommit_scope, get_engine, session_scope
 from models.knowledge import attach_knowledge_bases
 from models.tables import ChatMessage, ChatSession, Turn, TurnStatus
+from worker.approvals import Decided
+from worker.approvals import decide_tool_call as _decide_tool_call
+from worker.approvals import pending_approvals as _pending_approvals
 from worker.deletion import DeletedSessionReport
 from worker.deletion import delete_session as _delete_session
 from worker.dispatch import kick_next, schedule_delivery, send_turn
@@ -66,6 +69,7 @@ from worker.webhook_urls import validate_webhook
 __all__ = [
     "KEEP",
     "Cancellation",
+    "Decided",
     "DeletedSessionReport",
     "IfBusy",
     "Keep",
@@ -74,10 +78,12 @@ __all__ = [
     "TurnPage",
     "cancel_turn",
     "create_session",
+    "decide_tool_call",
     "delete_session",
     "get_session",
     "list_sessions",
     "list_turns",
+    "pending_approvals",
     "submit_turn",
     "update_session",
     "wait_for_turn",
@@ -101,6 +107,8 @@ list_sessions = _schema_checked(_list_sessions)
 list_turns = _schema_checked(_list_turns)
 delete_session = _schema_checked(_delete_session)
 wait_for_turn = _schema_checked(_wait_for_turn)
+decide_tool_call = _schema_checked(_decide_tool_call)
+pending_approvals = _schema_checked(_pending_approvals)
 
 
 class IfBusy(enum.StrEnum):
