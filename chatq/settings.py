@@ -71,6 +71,9 @@ class Settings:
     """`OPENAI_BASE_URL` of any OpenAI-compatible server."""
     turn_timeout: float = 120.0
     """Seconds one handler invocation may take (`CHATQ_TURN_TIMEOUT`)."""
+    approval_timeout: float = 86_400.0
+    """Seconds a turn waits for a person's decision on its tool calls before they are denied as
+    "timed out" (`CHATQ_APPROVAL_TIMEOUT`; a session's `approval_timeout` metadata overrides it)."""
     max_content_chars: int = 100_000
     """Longest accepted user message (`CHATQ_MAX_CONTENT_CHARS`)."""
     max_images: int = 4
@@ -306,6 +309,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         openai_api_key=api_key,
         openai_base_url=base_url,
         turn_timeout=env_float(env, "CHATQ_TURN_TIMEOUT", 120.0, minimum=0.1),
+        approval_timeout=env_float(env, "CHATQ_APPROVAL_TIMEOUT", 86_400.0, minimum=0.1),
         max_content_chars=env_int(env, "CHATQ_MAX_CONTENT_CHARS", 100_000, minimum=1),
         max_images=env_int(env, "CHATQ_MAX_IMAGES", 4, minimum=0),
         max_image_bytes=env_int(env, "CHATQ_MAX_IMAGE_BYTES", 5_000_000, minimum=1),

@@ -28,6 +28,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from handlers.approvals import ApprovalPolicy
+
 if TYPE_CHECKING:
     from handlers.handler_settings import ToolSettings
     from handlers.journal import Journal, Resumed
@@ -124,6 +126,9 @@ class ToolContext:
     settings: ToolSettings | None = None
     """The tool output limit and the prices the calls run with, handed in by `build_turn_input`
     (the worker's); None, for a context built by hand outside a turn: this process's."""
+    approval: ApprovalPolicy | None = None
+    """Which calls need a person's approval besides those of tools that ask for it (`handlers.approvals`):
+    the session's `approval`; None: only those."""
 
     @property
     def idempotency_key(self) -> str | None:
@@ -157,6 +162,7 @@ class ToolContext:
             search=search,
             recorder=recorder,
             settings=settings,
+            approval=ApprovalPolicy.of((getattr(session, "metadata_", None) or {}).get("approval")),
         )
 
     def for_call(self, tool_call_id: str) -> ToolContext:

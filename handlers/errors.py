@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from chatq.errors import ChatqError
 
 
@@ -64,6 +66,15 @@ class OutcomeUnknown(HandlerError):
         """The call whose outcome is unknown."""
         self.tool = tool
         """Its tool's name."""
+
+
+class AwaitingApproval(HandlerError):
+    """The turn waits for a person to approve or deny tool calls."""
+
+    def __init__(self, message: str | None = None, *, calls: tuple[Any, ...] = ()) -> None:
+        super().__init__(message)
+        self.calls = calls
+        """The round's calls that wait (`handlers.approvals.PendingCall`), recorded in the journal."""
 
 
 class StepNotRecorded(HandlerError):

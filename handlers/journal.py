@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from handlers.approvals import Decision
 from handlers.messages import AgentMessage, ToolCall, Usage, empty_usage
 
 __all__ = ["Journal", "Resumed", "Step", "StepKind"]
@@ -36,6 +37,10 @@ class StepKind(enum.StrEnum):
     """A tool call about to run."""
     TOOL_RESULT = "tool_result"
     """A tool call's result (a `tool` message)."""
+    APPROVAL_PENDING = "approval_pending"
+    """A tool call that waits for a person's decision (`handlers.approvals`), with its arguments."""
+    APPROVAL_DECIDED = "approval_decided"
+    """A person's decision on a pending call (written by the store, not by an attempt)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +62,10 @@ class Step:
     A `tool_result`'s `citations` hold the knowledge-base hits the call found (never stored with the reply)."""
     usage: Usage | None = None
     """The model request's token usage (`model`)."""
+    args: Mapping[str, Any] | None = None
+    """The call's arguments as the model gave them (`approval_pending`)."""
+    decision: Decision | None = None
+    """The decision (`approval_decided`)."""
 
 
 class Journal(Protocol):
@@ -82,6 +91,10 @@ class Journal(Protocol):
         """Record the call's result, the `tool` message answering it."""
         ...
 
+    def approval_pending(self, call_id: str, name: str, args: Mapping[str, Any]) -> None:
+        """Record that the call `call_id` of tool `name` waits for a person's decision (`handlers.approvals`)."""
+        ...
+
 
 @dataclass(frozen=True, kw_only=True)
 class Resumed:
@@ -104,6 +117,10 @@ class Resumed:
     """Calls of the open round that started but have no recorded result: their outcome is unknown."""
     hits: tuple[dict[str, Any], ...] = ()
     """Knowledge-base hits the finished searches found (citations are chosen from them)."""
+    decisions: Mapping[str, Decision] = field(default_factory=dict)
+    """Call id -> a person's decision, for calls of the open round (`handlers.approvals`)."""
+    awaiting: frozenset[str] = frozenset()
+    """Calls of the open round recorded as waiting for a decision that has not been made."""
 
     @classmethod
     def of(cls, steps: Sequence[Step]) -> Resumed:
@@ -113,6 +130,8 @@ class Resumed:
         hits: list[dict[str, Any]] = []
         results: dict[str, AgentMessage] = {}
         started: set[str] = set()
+        decisions: dict[str, Decision] = {}
+        waiting: set[str] = set()
         last_model = -1
         count = 0
         for step in sorted(steps, key=lambda s: s.seq):
@@ -120,9 +139,13 @@ class Resumed:
                 count += 1
                 last_model = len(messages)
                 messages.append(step.message)
-                results, started = {}, set()
+                results, started, decisions, waiting = {}, set(), {}, set()
                 for key in usage:
                     usage[key] += int((step.usage or {}).get(key, 0))
+            elif step.kind is StepKind.APPROVAL_PENDING and step.call_id is not None:
+                waiting.add(step.call_id)
+            elif step.kind is StepKind.APPROVAL_DECIDED and step.call_id is not None and step.decision is not None:
+                decisions[step.call_id] = step.decision
             elif step.kind is StepKind.TOOL_STARTED and step.call_id is not None:
                 started.add(step.call_id)
             elif step.kind is StepKind.TOOL_RESULT and step.call_id is not None and step.message is not None:
@@ -145,4 +168,6 @@ class Resumed:
             results={call_id: message.content for call_id, message in results.items()},
             started=frozenset(started - set(results)),
             hits=tuple(hits),
+            decisions=decisions,
+            awaiting=frozenset(waiting - set(decisions)),
         )

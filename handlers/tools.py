@@ -27,6 +27,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from chatq.settings import mask_secrets
 from chatq.text import clean_text
+from handlers import approvals
+from handlers.approvals import UNAVAILABLE, denied_result, needs_approval
 from handlers.context import ToolContext, current_tool_context, use_tool_context
 from handlers.errors import OutcomeUnknown, UnknownTool
 from handlers.handler_settings import ToolSettings, process_handler_settings
@@ -39,6 +41,7 @@ __all__ = [
     "calculate",
     "current_time",
     "default_tool_names",
+    "gate_round",
     "get_tool",
     "list_tools",
     "register_tool",
@@ -80,6 +83,9 @@ class Tool:
     """True if running a call twice does no harm (it only reads). A call that started in an earlier
     attempt of the turn and whose result was never recorded is run again only then; else the turn
     fails with `handlers.errors.OutcomeUnknown` (docs/contract.md, "Durable steps")."""
+    approval: bool = False
+    """True if a person must approve each call before it runs (`handlers.approvals`): the turn pauses
+    until the call is approved (perhaps with edited arguments) or denied; a session can ask for more."""
 
 
 _lock = threading.Lock()
@@ -158,17 +164,32 @@ def run_tool(name: str, args: Mapping[str, Any] | None, *, context: ToolContext 
     every attempt: a call whose result an earlier attempt recorded returns it without running (and
     without a paid-call record); one that started without a recorded result runs again only if its
     tool is `repeatable` (under the same `idempotency_key`), else `OutcomeUnknown` is raised;
-    any other call is recorded as started, run, and its result recorded. Those two errors, and a
-    journal write that fails (`StepNotRecorded`), are the only ones raised.
+    any other call is recorded as started, run, and its result recorded. A call that needs a
+    person's approval (`handlers.approvals`) runs only once approved (with the arguments the
+    decision gives), is answered as denied, or raises `AwaitingApproval` while undecided (without
+    a journal it is not run). Those errors, and a journal write that fails (`StepNotRecorded`),
+    are the only ones raised.
     """
     ctx = context if context is not None else current_tool_context()
     journal = ctx.journal if ctx is not None and ctx.tool_call_id is not None else None
     if journal is None or ctx is None or ctx.tool_call_id is None:
+        if needs_approval(ctx, _registered(name)):
+            return UNAVAILABLE  # nothing could wait for the decision (`handlers.approvals`)
         return _run_tool(name, args, ctx, context)
     call_id = ctx.tool_call_id
     resumed = ctx.resumed
     if resumed is not None and call_id in resumed.results:
         return resumed.results[call_id]
+    decision = resumed.decisions.get(call_id) if resumed is not None else None
+    if decision is None:
+        # The adapters gate each round before it runs; this catches a call that skipped the gate.
+        gate_round(ctx, [{"id": call_id, "name": name, "args": args}])
+    elif not decision.approve:
+        output = denied_result(decision.reason)
+        journal.tool_finished(call_id, _result_message(call_id, output, []))
+        return output
+    elif decision.args is not None:
+        args = decision.args
     if resumed is not None and call_id in resumed.started:
         tool = _registered(name)
         if tool is None or not tool.repeatable:
@@ -187,6 +208,12 @@ def tool_settings(context: ToolContext | None) -> ToolSettings:
     `build_turn_input`), else, outside a turn, this process's (`handlers.handler_settings`)."""
     settings = context.settings if context is not None else None
     return settings if settings is not None else process_handler_settings().tools
+
+
+def gate_round(context: ToolContext, calls: Sequence[Mapping[str, Any]]) -> None:
+    """Before a round of calls runs: raise `AwaitingApproval` while a call that needs approval has no
+    decision, its waiting calls recorded (`handlers.approvals.gate_round`, on this registry)."""
+    approvals.gate_round(context, calls, lookup=_registered)
 
 
 def _run_tool(name: str, args: Mapping[str, Any] | None, ctx: ToolContext | None, context: ToolContext | None) -> str:

@@ -58,6 +58,9 @@ class TurnStatus(enum.StrEnum):
 
     QUEUED = "queued"
     RUNNING = "running"
+    AWAITING_APPROVAL = "awaiting_approval"
+    """Paused until a person decides on its tool calls (`handlers.approvals`): it holds its session's
+    place like a running turn, but no worker, lease or connection."""
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -68,7 +71,8 @@ class TurnStatus(enum.StrEnum):
         return self in (TurnStatus.SUCCEEDED, TurnStatus.FAILED, TurnStatus.CANCELLED)
 
 
-ACTIVE_STATUSES = (TurnStatus.QUEUED.value, TurnStatus.RUNNING.value)
+ACTIVE_STATUSES = (TurnStatus.QUEUED.value, TurnStatus.RUNNING.value, TurnStatus.AWAITING_APPROVAL.value)
+"""The unfinished statuses: a turn in one of them holds its session's place (the partial indexes list them)."""
 
 
 class Base(DeclarativeBase):
@@ -128,7 +132,13 @@ class Turn(Base):
             "ix_turns_active_by_session",
             "session_id",
             "position",
-            postgresql_where=text("status IN ('queued', 'running')"),
+            postgresql_where=text("status IN ('queued', 'running', 'awaiting_approval')"),
+        ),
+        # The sweep's scan for paused turns whose approval deadline passed.
+        Index(
+            "ix_turns_approval_until",
+            "approval_until",
+            postgresql_where=text("status = 'awaiting_approval'"),
         ),
         Index("ix_turns_created_at", "created_at"),
         # Finding the turns that stopped with a crashed one (`worker.store.claims.record_stops`).
@@ -148,7 +158,7 @@ class Turn(Base):
             TurnStatus,
             name="turn_status",
             native_enum=False,
-            length=16,
+            length=32,
             values_callable=lambda e: [m.value for m in e],
             create_constraint=True,
         ),
@@ -186,6 +196,8 @@ class Turn(Base):
     its boundary instead of counting a long session's rows (`handlers.history`)."""
     webhook_url: Mapped[str | None] = mapped_column(Text)
     """Where this turn is POSTed when it ends, instead of its session's `webhook_url`."""
+    approval_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """While `awaiting_approval`: when its undecided calls are denied as "timed out" (`CHATQ_APPROVAL_TIMEOUT`)."""
 
 
 class StepKind(enum.StrEnum):
@@ -194,6 +206,8 @@ class StepKind(enum.StrEnum):
     MODEL = "model"
     TOOL_STARTED = "tool_started"
     TOOL_RESULT = "tool_result"
+    APPROVAL_PENDING = "approval_pending"
+    APPROVAL_DECIDED = "approval_decided"
 
 
 class TurnStep(Base):
@@ -225,7 +239,8 @@ class TurnStep(Base):
     """The tool call (`tool_started`, `tool_result`)."""
     tool_name: Mapped[str | None] = mapped_column(String(64))
     message: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
-    """The assistant (`model`) or tool (`tool_result`) message, in `AgentMessage.to_dict()` form."""
+    """The assistant (`model`) or tool (`tool_result`) message, in `AgentMessage.to_dict()` form;
+    `{"args"}` of a call awaiting approval; `{"approve", "args", "reason"}` of a decision."""
     usage: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     """The model request's token usage (`model`)."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -15,6 +15,8 @@ _EXPORTS = {
     "create_session": "worker.producer",
     "submit_turn": "worker.producer",
     "cancel_turn": "worker.producer",
+    "decide_tool_call": "worker.producer",
+    "pending_approvals": "worker.producer",
     "Cancellation": "worker.producer",
     "IfBusy": "worker.producer",
     "Settings": "chatq.settings",
@@ -30,7 +32,9 @@ __all__ = [
     "app",
     "cancel_turn",
     "create_session",
+    "decide_tool_call",
     "get_settings",
+    "pending_approvals",
     "submit_turn",
 ]
 

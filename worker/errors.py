@@ -78,6 +78,14 @@ class TurnConflict(ChatqError):
     """A turn with this id already exists with different content."""
 
 
+class ApprovalConflict(ChatqError):
+    """The turn has no tool call awaiting that decision (not paused, no such call, or decided already)."""
+
+
+class ApprovalExpired(ChatqError):
+    """The approval deadline passed; the call was denied as timed out."""
+
+
 class NotCancellable(ChatqError):
     """The turn has already finished and cannot be cancelled."""
 

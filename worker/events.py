@@ -46,6 +46,7 @@ class EventType(enum.StrEnum):
     TEXT = "text"
     TOOL = "tool"
     RETRY = "retry"
+    APPROVAL_REQUIRED = "approval_required"
     FINAL = "final"
     ERROR = "error"
     CANCELLED = "cancelled"

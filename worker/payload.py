@@ -143,7 +143,23 @@ def validate_metadata(metadata: object) -> dict[str, Any]:
     problem = json_problem(metadata)
     if problem:
         raise InvalidTurn(f"metadata {problem}")
-    return dict(metadata)
+    checked = dict(metadata)
+    if "approval" in checked:
+        checked["approval"] = validate_approval(checked["approval"])
+    timeout = checked.get("approval_timeout")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
+        raise InvalidTurn("metadata approval_timeout must be a number of seconds above 0")
+    return checked
+
+
+def validate_approval(value: object) -> str | list[str]:
+    """A session's `approval` (`handlers.approvals`): none, paid, all or a list of tool names."""
+    from handlers.approvals import parse_approval
+
+    try:
+        return parse_approval(value)
+    except ValueError as exc:
+        raise InvalidTurn(str(exc)) from None
 
 
 def validate_images(images: object, settings: Settings) -> tuple[str, ...] | None:

@@ -23,6 +23,9 @@ from handlers import framework_names
 from models.db import autocommit_scope, get_engine, session_scope
 from models.knowledge import attach_knowledge_bases
 from models.tables import ChatMessage, ChatSession, Turn, TurnStatus
+from worker.approvals import Decided
+from worker.approvals import decide_tool_call as _decide_tool_call
+from worker.approvals import pending_approvals as _pending_approvals
 from worker.deletion import DeletedSessionReport
 from worker.deletion import delete_session as _delete_session
 from worker.dispatch import kick_next, schedule_delivery, send_turn
@@ -48,6 +51,7 @@ from worker.payload import (
     check_text,
     parse_uuid,
     used_turn_id,
+    validate_approval,
     validate_content,
     validate_images,
     validate_metadata,
@@ -65,6 +69,7 @@ from worker.webhook_urls import validate_webhook
 __all__ = [
     "KEEP",
     "Cancellation",
+    "Decided",
     "DeletedSessionReport",
     "IfBusy",
     "Keep",
@@ -73,10 +78,12 @@ __all__ = [
     "TurnPage",
     "cancel_turn",
     "create_session",
+    "decide_tool_call",
     "delete_session",
     "get_session",
     "list_sessions",
     "list_turns",
+    "pending_approvals",
     "submit_turn",
     "update_session",
     "wait_for_turn",
@@ -100,6 +107,8 @@ list_sessions = _schema_checked(_list_sessions)
 list_turns = _schema_checked(_list_turns)
 delete_session = _schema_checked(_delete_session)
 wait_for_turn = _schema_checked(_wait_for_turn)
+decide_tool_call = _schema_checked(_decide_tool_call)
+pending_approvals = _schema_checked(_pending_approvals)
 
 
 class IfBusy(enum.StrEnum):
@@ -142,6 +151,7 @@ def create_session(
     knowledge_bases: Sequence[str] = (),
     tenant: str | None = None,
     webhook: str | None = None,
+    approval: str | Sequence[str] | None = None,
 ) -> uuid.UUID:
     """Create a chat session and return its id; `knowledge_bases` (names) are attached in the same transaction.
 
@@ -160,7 +170,9 @@ def create_session(
     # No model: NULL, so the worker's default applies, not this process's (which may lack the key).
     model = validate_model(model)
     system_prompt = validate_system_prompt(system_prompt, settings)
-    stored_metadata = validate_metadata(metadata)
+    stored_metadata = validate_metadata(
+        metadata if approval is None else {**(metadata or {}), "approval": validate_approval(approval)}
+    )
     webhook_url = validate_webhook(webhook, allow_private=settings.webhook_allow_private)
     for name in knowledge_bases:
         if isinstance(name, str):
@@ -363,6 +375,7 @@ def update_session(
     metadata: Mapping[str, Any] | Keep | None = KEEP,
     knowledge_bases: Sequence[str] | Keep = KEEP,
     webhook: str | Keep | None = KEEP,
+    approval: str | Sequence[str] | Keep = KEEP,
     tenant: str | None = None,
 ) -> dict[str, Any]:
     """Change what is given and return the session as `get_session` does (`worker.sessions.update_session`)."""
@@ -373,6 +386,7 @@ def update_session(
         metadata=metadata,
         knowledge_bases=knowledge_bases,
         webhook=webhook,
+        approval=approval,
         tenant=tenant,
         settings=get_settings(),
     )

@@ -20,7 +20,14 @@ from models.knowledge import attach_knowledge_bases
 from models.tables import SessionKnowledgeBase
 from worker.errors import InvalidTurn
 from worker.history import get_session, scoped_session
-from worker.payload import check_text, parse_uuid, validate_metadata, validate_model, validate_system_prompt
+from worker.payload import (
+    check_text,
+    parse_uuid,
+    validate_approval,
+    validate_metadata,
+    validate_model,
+    validate_system_prompt,
+)
 from worker.webhook_urls import validate_webhook
 
 __all__ = ["KEEP", "Keep", "update_session"]
@@ -50,6 +57,7 @@ def update_session(
     metadata: Mapping[str, Any] | Keep | None = KEEP,
     knowledge_bases: Sequence[str] | Keep = KEEP,
     webhook: str | Keep | None = KEEP,
+    approval: str | Sequence[str] | Keep = KEEP,
     tenant: str | None = None,
     settings: Settings,
 ) -> dict[str, Any]:
@@ -58,7 +66,8 @@ def update_session(
     `system_prompt=None` removes the session's own instructions; `model=None` makes its turns run
     on the worker's default model; `metadata` replaces the metadata (None: empty);
     `knowledge_bases` (names) replaces the attached set; `webhook` (an http(s) URL, checked as
-    `create_session` checks it) is where its turns are POSTed from now on, None: nowhere.
+    `create_session` checks it) is where its turns are POSTed from now on, None: nowhere; `approval`
+    (none, paid, all or tool names) sets the metadata's `approval` (after `metadata`, if both).
     SessionNotFound as for `get_session`, KnowledgeBaseNotFound for an unknown name, WebhookRefused
     (then nothing changes). `settings` bound the system prompt and the webhook's address (the
     producer's `update_session` reads them).
@@ -73,6 +82,7 @@ def update_session(
         changes["metadata_"] = validate_metadata(metadata)
     if not isinstance(webhook, Keep):
         changes["webhook_url"] = validate_webhook(webhook, allow_private=settings.webhook_allow_private)
+    approval_value = None if isinstance(approval, Keep) else validate_approval(approval)
     names: list[str] | None = None
     if not isinstance(knowledge_bases, Keep):
         if isinstance(knowledge_bases, str) or not all(isinstance(name, str) for name in knowledge_bases):
@@ -80,6 +90,8 @@ def update_session(
         names = [check_text(name, "knowledge base name") for name in knowledge_bases]
     with session_scope() as db:
         row = scoped_session(db, session_uuid, tenant, lock=True)
+        if approval_value is not None:
+            changes["metadata_"] = {**changes.get("metadata_", row.metadata_ or {}), "approval": approval_value}
         for name, value in changes.items():
             setattr(row, name, value)
         if names is not None:

@@ -18,7 +18,7 @@ from handlers.chat_models.turn import collect, stream_model
 from handlers.context import use_tool_context
 from handlers.errors import HandlerError
 from handlers.langgraph.state import AgentState, context_of
-from handlers.tools import tool_settings, truncate_output
+from handlers.tools import gate_round, tool_settings, truncate_output
 
 __all__ = ["AGENT_NODE", "RETRIEVE_NODE", "TOOL_NODE", "ToolExecutionNode", "agent_node", "retrieve_node"]
 
@@ -97,6 +97,8 @@ class ToolExecutionNode:
         calls = last.tool_calls if isinstance(last, AIMessage) else []
         results: list[BaseMessage] = []
         limit = tool_settings(context.tools).max_output_chars
+        # Before any call of the round runs: a call that needs a person's approval pauses the round as one.
+        gate_round(context.tools, [{"id": c.get("id") or "", "name": c["name"], "args": c.get("args")} for c in calls])
         for call in calls:
             context.deadline.check()
             name, call_id = call["name"], call.get("id") or ""

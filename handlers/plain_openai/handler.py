@@ -28,7 +28,7 @@ from handlers.echo import echo
 from handlers.errors import TOO_MANY_STEPS, AgentInvocationError
 from handlers.handler_settings import ModelEndpoint
 from handlers.prepared import PreparedTurnHandler, Reply
-from handlers.tools import get_tool, run_tool
+from handlers.tools import gate_round, get_tool, run_tool
 from handlers.turn_input import TurnInput
 
 __all__ = ["MAX_MODEL_CALLS", "TOO_MANY_STEPS", "PlainOpenAIHandler"]
@@ -87,6 +87,8 @@ def _run_calls(
     """Run a round's calls in order with their started/finished events (none for a call in `skip_events`,
     whose recorded result `run_tool` returns without running it)."""
     outputs: list[str] = []
+    # Before any call of the round runs: a call that needs a person's approval pauses the round as one.
+    gate_round(turn.tool_context, calls)
     for call in calls:
         turn.deadline.check()
         quiet = skip_events is not None and call["id"] in skip_events

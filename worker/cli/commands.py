@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from chatq.settings import Settings
 
 COMMAND_MODULES: tuple[str, ...] = (
+    "worker.cli.approval_cli",
     "worker.cli.batch_cli",
     "worker.gateway.command",
     "worker.cli.kb_cli",
@@ -69,6 +70,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_session_create(args: argparse.Namespace) -> int:
+    from worker.cli.approval_cli import approval_value
     from worker.cli.session_cli import metadata_pairs, warn_model
     from worker.producer import create_session
 
@@ -79,6 +81,7 @@ def cmd_session_create(args: argparse.Namespace) -> int:
         metadata=metadata_pairs(args.metadata),
         knowledge_bases=args.kb,
         webhook=args.webhook,
+        approval=None if args.approval is None else approval_value(args.approval),
     )
     # Only a warning: the worker, not this terminal, runs the turns and may well have the key.
     warn_model(args.model, args.settings)
@@ -354,6 +357,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--kb", action="append", default=[], metavar="KB", help="attach this knowledge base (repeatable)"
     )
     create.add_argument("--webhook", metavar="URL", help="POST each turn here when it ends (http or https)")
+    create.add_argument(
+        "--approval", metavar="POLICY", help="tool calls a person approves: none, paid, all or TOOL,TOOL,..."
+    )
     create.add_argument(
         "--metadata",
         action="append",

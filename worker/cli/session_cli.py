@@ -4,7 +4,7 @@
     chatq session show SESSION [--json]
     chatq session update SESSION [--model NAME | --default-model] [--system-prompt TEXT | --no-system-prompt]
                          [--metadata KEY=VALUE... | --no-metadata] [--kb KB... | --no-kb]
-                         [--webhook URL | --no-webhook] [--json]
+                         [--webhook URL | --no-webhook] [--approval POLICY] [--json]
     chatq session delete SESSION [--json]
     chatq history SESSION [--json] [--limit N] [--before CURSOR]
 
@@ -97,6 +97,9 @@ def _register_update(actions: Any) -> None:
     webhook = update.add_mutually_exclusive_group()
     webhook.add_argument("--webhook", metavar="URL", help="POST each turn here when it ends (http or https)")
     webhook.add_argument("--no-webhook", action="store_true", help="stop POSTing its turns")
+    update.add_argument(
+        "--approval", metavar="POLICY", help="tool calls a person approves: none, paid, all or TOOL,TOOL,..."
+    )
     update.add_argument("--json", action="store_true", help="print the session after the change as JSON")
     update.set_defaults(func=cmd_update)
 
@@ -164,6 +167,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_update(args: argparse.Namespace) -> int:
+    from worker.cli.approval_cli import approval_value
     from worker.errors import CliError
     from worker.producer import KEEP, update_session
 
@@ -176,11 +180,12 @@ def cmd_update(args: argparse.Namespace) -> int:
         "metadata": pick(None if args.metadata is None else metadata_pairs(args.metadata), args.no_metadata),
         "knowledge_bases": [] if args.no_kb else KEEP if args.kb is None else args.kb,
         "webhook": pick(args.webhook, args.no_webhook),
+        "approval": KEEP if args.approval is None else approval_value(args.approval),
     }
     if all(value is KEEP for value in changes.values()):
         raise CliError(
             "nothing to change: give --model, --default-model, --system-prompt, --no-system-prompt, --metadata, "
-            "--no-metadata, --kb, --no-kb, --webhook or --no-webhook"
+            "--no-metadata, --kb, --no-kb, --webhook, --no-webhook or --approval"
         )
     session = update_session(args.session, **changes)
     if isinstance(changes["model"], str):

@@ -30,6 +30,8 @@ class ClaimStatus(enum.StrEnum):
     POISONED = "poisoned"
     CANCELLED = "cancelled"
     CONFLICT = "conflict"
+    PAUSED = "paused"
+    """It waits for a person's decision on its tool calls; the decision sends it again."""
 
 
 class WhyNotClaimed(enum.StrEnum):
@@ -39,6 +41,7 @@ class WhyNotClaimed(enum.StrEnum):
     FINISHED = "finished"
     BUSY = "busy"
     BLOCKED = "blocked"
+    PAUSED = "paused"
     STOPPED = "stopped"
     CANCEL_PENDING = "cancel_pending"
     POISON = "poison"

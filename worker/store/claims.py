@@ -2,7 +2,9 @@
 
 insert (`insert_turn`, `ensure_turn`, `insert_queued_turns`) -> queued; claim (`claim_turn`) ->
 running; retry and hand back (`requeue_turn`) and waiting for the model service or a slot of its
-limits (`hold_turn`) -> queued; complete (`complete_turn`) -> succeeded;
+limits (`hold_turn`) -> queued; waiting for a person's decision on its tool calls
+(`worker.store.approvals.pause_turn`) -> awaiting_approval, and back to queued after the decisions
+(`worker.store.approvals.decide_calls`); complete (`complete_turn`) -> succeeded;
 fail or cancel (`finish_turn`, `request_cancel`) -> failed / cancelled; take over (a lease ran out:
 `take_over`, by the sweeper or a claim) -> queued; at a claim, a pending cancel -> cancelled and a
 poison turn -> failed. A finished turn never changes again: every statement here matches only
@@ -174,7 +176,11 @@ def _claim_slow(
     return ClaimResult(status=ClaimStatus.BUSY)
 
 
-_ANSWERS = {WhyNotClaimed.FINISHED: ClaimStatus.FINISHED, WhyNotClaimed.BLOCKED: ClaimStatus.BLOCKED}
+_ANSWERS = {
+    WhyNotClaimed.FINISHED: ClaimStatus.FINISHED,
+    WhyNotClaimed.BLOCKED: ClaimStatus.BLOCKED,
+    WhyNotClaimed.PAUSED: ClaimStatus.PAUSED,
+}
 """The reasons that are the claim's answer as they are."""
 
 

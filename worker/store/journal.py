@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Engine, RowMapping, bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 
 from chatq.text import clean_json, clean_text
+from handlers.approvals import Decision
 from handlers.errors import StepNotRecorded
 from handlers.journal import Step, StepKind
 from handlers.messages import AgentMessage, Usage
@@ -44,6 +45,9 @@ WRITE = text(
     """
 ).bindparams(bindparam("message", type_=JSONB), bindparam("usage", type_=JSONB))
 
+_FINISHED = (StepKind.MODEL, StepKind.TOOL_RESULT)
+"""The kinds that are finished steps (where a next attempt resumes); the rest only say what happens."""
+
 STALE = "this attempt no longer holds the turn (it was taken over or ended); its step was not recorded"
 
 
@@ -53,10 +57,30 @@ def read_steps(db: Connection, turn_id: uuid.UUID) -> list[Step]:
 
 
 def _step(row: RowMapping) -> Step:
+    kind = StepKind(row["kind"])
     message = row["message"]
+    if kind is StepKind.APPROVAL_PENDING:
+        args = (message or {}).get("args")
+        return Step(
+            seq=int(row["seq"]),
+            kind=kind,
+            attempt=int(row["attempt"]),
+            call_id=row["call_id"],
+            tool_name=row["tool_name"],
+            args=dict(args) if isinstance(args, dict) else {},
+        )
+    if kind is StepKind.APPROVAL_DECIDED:
+        return Step(
+            seq=int(row["seq"]),
+            kind=kind,
+            attempt=int(row["attempt"]),
+            call_id=row["call_id"],
+            tool_name=row["tool_name"],
+            decision=Decision.from_dict(message or {}),
+        )
     return Step(
         seq=int(row["seq"]),
-        kind=StepKind(row["kind"]),
+        kind=kind,
         attempt=int(row["attempt"]),
         call_id=row["call_id"],
         tool_name=row["tool_name"],
@@ -78,7 +102,7 @@ class TurnJournal:
         self._done = tuple(done)
         self._lock = threading.Lock()
         self._next = max((step.seq for step in self._done), default=0) + 1
-        self._finished = sum(step.kind is not StepKind.TOOL_STARTED for step in self._done)
+        self._finished = sum(step.kind in _FINISHED for step in self._done)
 
     @classmethod
     def open(cls, engine: Engine, *, turn_id: uuid.UUID, lease_token: uuid.UUID, attempt: int) -> TurnJournal:
@@ -109,6 +133,10 @@ class TurnJournal:
     def tool_finished(self, call_id: str, message: AgentMessage) -> None:
         """Record a tool call's result (its `tool` message)."""
         self._write(StepKind.TOOL_RESULT, call_id=call_id, message=message.to_dict())
+
+    def approval_pending(self, call_id: str, name: str, args: Mapping[str, Any]) -> None:
+        """Record that a tool call waits for a person's decision (`handlers.approvals`), with its arguments."""
+        self._write(StepKind.APPROVAL_PENDING, call_id=call_id, tool_name=name, message={"args": dict(args)})
 
     def _write(
         self,
@@ -143,5 +171,5 @@ class TurnJournal:
             if written is None:
                 raise StepNotRecorded(STALE, stale=True)
             self._next += 1
-            if kind is not StepKind.TOOL_STARTED:
+            if kind in _FINISHED:
                 self._finished += 1

@@ -167,11 +167,11 @@ RECORD_STOPS = text(
 
 CANCEL = text(
     f"""
-    -- A queued turn ends now; a running one is asked to stop (its worker ends it, `finish_turn`).
+    -- A queued or paused turn ends now; a running one is asked to stop (its worker ends it, `finish_turn`).
     UPDATE turns
     SET cancel_requested = true,
-        status = CASE WHEN status = 'queued' THEN 'cancelled' ELSE status END,
-        finished_at = CASE WHEN status = 'queued' THEN now() ELSE finished_at END
+        status = CASE WHEN status IN ('queued', 'awaiting_approval') THEN 'cancelled' ELSE status END,
+        finished_at = CASE WHEN status IN ('queued', 'awaiting_approval') THEN now() ELSE finished_at END
     WHERE id = ANY(:turn_ids) AND status {UNFINISHED_SQL}
     RETURNING id, status
     """  # noqa: S608 (composed of constant SQL)
@@ -214,6 +214,7 @@ WHY_NOT_CLAIMED = text(
     SELECT CASE
                WHEN t.session_id <> coalesce(CAST(:session_id AS uuid), t.session_id) THEN 'conflict'
                WHEN NOT (t.status {UNFINISHED_SQL}) THEN 'finished'
+               WHEN t.status = 'awaiting_approval' THEN 'paused'
                WHEN t.status = 'running' AND (t.lease_expires_at IS NULL OR t.lease_expires_at >= clock_timestamp())
                    THEN 'busy'
                WHEN NOT {runs_next_sql("t")} THEN 'blocked'
@@ -238,3 +239,60 @@ RELEASE = text(
     RETURNING id
     """
 ).bindparams(bindparam("turn_ids", type_=ARRAY(Uuid)))
+
+
+PAUSE = text(
+    """
+    -- A running turn whose tool calls wait for a person (`handlers.approvals`): it keeps its place in
+    -- the session but gives up its lease, its attempt (the invocation neither failed nor finished)
+    -- and its crash counts. A cancel asked while it ran ends it instead.
+    UPDATE turns t
+    SET status = CASE WHEN t.cancel_requested THEN 'cancelled' ELSE 'awaiting_approval' END,
+        approval_until = CASE WHEN t.cancel_requested THEN NULL
+                              ELSE clock_timestamp() + make_interval(secs => :seconds) END,
+        finished_at = CASE WHEN t.cancel_requested THEN clock_timestamp() ELSE t.finished_at END,
+        lease_token = NULL, lease_expires_at = NULL, attempts = t.attempts - 1,
+        deliveries = 0, lone_crashes = 0, crash_hosts = '{}'
+    WHERE t.id = :turn_id AND t.status = 'running' AND t.lease_token = :token
+    RETURNING t.status, CAST(extract(epoch FROM t.approval_until) AS float8) AS until
+    """
+)
+
+
+LOCK_PAUSED = text(
+    """
+    -- Read under the turn's row lock: a decision and the sweep's deadline take turns.
+    SELECT t.status, t.session_id, t.attempts, t.approval_until < clock_timestamp() AS expired
+    FROM turns t JOIN chat_sessions s ON s.id = t.session_id
+    WHERE t.id = :turn_id AND (CAST(:tenant AS text) IS NULL OR s.tenant = :tenant)
+    FOR UPDATE OF t
+    """
+).bindparams(bindparam("tenant", value=None))
+
+
+RECORD_DECISION = text(
+    """
+    INSERT INTO turn_steps (turn_id, seq, kind, attempt, call_id, tool_name, message)
+    SELECT :turn_id, coalesce(max(seq), 0) + 1, 'approval_decided', :attempt, :call_id, :tool_name, :message
+    FROM turn_steps WHERE turn_id = :turn_id
+    """
+).bindparams(bindparam("message", type_=JSONB))
+
+
+RESUME_DECIDED = text(
+    """
+    -- The round's last decision is made: the paused turn is queued again (still its session's head).
+    UPDATE turns SET status = 'queued', approval_until = NULL, enqueued_at = clock_timestamp()
+    WHERE id = :turn_id AND status = 'awaiting_approval'
+    RETURNING id
+    """
+)
+
+
+EXPIRED_APPROVALS = text(
+    """
+    SELECT id FROM turns
+    WHERE status = 'awaiting_approval' AND approval_until < clock_timestamp()
+    ORDER BY approval_until LIMIT :limit
+    """
+)

@@ -100,6 +100,7 @@ def test_the_registry_offers_every_point_of_the_base_class() -> None:
         "retried",
         "cancelled",
         "handed_back",
+        "paused",
         "lost",
         "rejected",
         "ended",

@@ -17,13 +17,21 @@ from dataclasses import dataclass
 
 from chatq.settings import mask_secrets
 from handlers.context import running_turn
-from handlers.errors import AgentInvocationError, HandlerError, ProviderBusy, StepNotRecorded, UnknownFramework
+from handlers.errors import (
+    AgentInvocationError,
+    AwaitingApproval,
+    HandlerError,
+    ProviderBusy,
+    StepNotRecorded,
+    UnknownFramework,
+)
 from models.tables import TurnStatus
 from worker.dispatch import kick_next, send_next, send_turn
 from worker.errors import ConfigError, HandBack, InvalidTurn, LeaseLost, SessionDeleted, TurnCancelled
 from worker.events import EventType, TurnEvents
 from worker.log_context import set_attempt, turn_context
 from worker.payload import TurnRequest
+from worker.runtime.delivery.paused import pause
 from worker.runtime.delivery.process import Runtime
 from worker.runtime.delivery.relay import run_handler
 from worker.runtime.delivery.resume import announced, open_journal, resuming
@@ -50,6 +58,8 @@ class Outcome(enum.StrEnum):
     LOST = "lost"
     HANDED_BACK = "handed_back"
     WAITING = "waiting"
+    PAUSED = "paused"
+    """The turn waits for a person's decision on tool calls (`awaiting_approval`); the decision sends it again."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -266,6 +276,10 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
         raise cause from exc
     except ProviderBusy as exc:
         return wait_for_provider(claim, events, exc, runtime=runtime)
+    except AwaitingApproval as exc:
+        paused = pause(claim, events, exc, runtime=runtime)
+        outcome = Outcome.LOST if not paused.stored else Outcome.CANCELLED if paused.cancelled else Outcome.PAUSED
+        return Result(outcome=outcome, attempt=claim.attempt)
     except AgentInvocationError as exc:
         return handle_agent_failure(claim, events, exc, runtime=runtime, resumed_after=journal.finished_steps)
     except (UnknownFramework, InvalidTurn, HandlerError, ConfigError) as exc:

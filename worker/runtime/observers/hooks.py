@@ -188,6 +188,18 @@ class Cancelled:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Paused:
+    """The turn paused for a person's decision on tool calls (`awaiting_approval`; its event is published)."""
+
+    turn: Facts
+    """The turn and the attempt that paused."""
+    calls: tuple[str, ...]
+    """The tools whose calls wait, one entry per call."""
+    seconds: float
+    """How long it waits at most (its deadline, from now)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class HandedBack:
     """The worker is shutting down and passed the turn on to another worker."""
 
@@ -264,6 +276,9 @@ class TurnHooks(ServiceHooks):
 
     def handed_back(self, event: HandedBack) -> None:
         """The turn was passed to another worker at shutdown."""
+
+    def paused(self, event: Paused) -> None:
+        """The turn paused for a person's decision on tool calls (metrics, notifications hang here)."""
 
     def lost(self, event: Lost) -> None:
         """The attempt lost its lease."""
@@ -361,6 +376,9 @@ class HookRegistry(ServiceEmitter, TurnHooks):
 
     def handed_back(self, event: HandedBack) -> None:
         self._emit("handed_back", event)
+
+    def paused(self, event: Paused) -> None:
+        self._emit("paused", event)
 
     def lost(self, event: Lost) -> None:
         self._emit("lost", event)

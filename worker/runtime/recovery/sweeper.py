@@ -30,12 +30,12 @@ from chatq.settings import Settings, mask_secrets
 from models.db import session_scope, unpooled_connection
 from models.tables import ChatMessage, Turn, TurnStatus
 from worker import unacked
-from worker.dispatch import send_turns
+from worker.dispatch import send_next, send_turns
 from worker.markers import still_waiting
 from worker.runtime.intake import bindings
 from worker.runtime.observers.hook_points import SweepRepaired, SweepResent
 from worker.runtime.recovery import terminal_repair
-from worker.store import claims
+from worker.store import approvals, claims
 from worker.store.turns import NextTurn, runs_next
 
 if TYPE_CHECKING:
@@ -56,6 +56,8 @@ class SweepReport:
     """Sessions deleted for being idle past CHATQ_RETENTION_DAYS."""
     repaired: int = 0
     """Ended turns whose missing terminal event was published (`repair_terminal_events`)."""
+    timed_out: int = 0
+    """Paused turns whose approval deadline passed: their calls denied "timed out", the turns sent again."""
 
     def as_dict(self) -> dict[str, int]:
         """JSON form for the task result and logs."""
@@ -64,6 +66,7 @@ class SweepReport:
             "expired_leases": self.expired_leases,
             "purged": self.purged,
             "repaired": self.repaired,
+            "timed_out": self.timed_out,
         }
 
 
@@ -98,8 +101,28 @@ def sweep_once(runtime: Runtime) -> SweepReport:
         log.info("sweeper re-sent %d turn(s), %d after an expired lease", len(resend), len(expired))
     repaired = repair_terminal_events(runtime)
     return SweepReport(
-        resent=len(resend), expired_leases=len(expired), purged=purge_expired(settings), repaired=repaired
+        resent=len(resend),
+        expired_leases=len(expired),
+        purged=purge_expired(settings),
+        repaired=repaired,
+        timed_out=time_out_approvals(runtime),
     )
+
+
+def time_out_approvals(runtime: Runtime) -> int:
+    """Deny the undecided calls of paused turns whose deadline passed ("timed out", the documented
+    default) and send those turns again; returns how many turns."""
+    resumed = 0
+    try:
+        for turn_id in approvals.expired_approvals(engine=runtime.engine):
+            decided = approvals.decide_calls(turn_id, None, engine=runtime.engine)
+            if decided.resumed:
+                resumed += 1
+                log.info("turn %s: approval deadline passed; its calls were denied", turn_id)
+                send_next(decided.next_turn, client=runtime.redis)
+    except Exception as exc:  # as for the repair: the next sweep tries again
+        log.warning("approval deadlines not applied (next sweep tries again): %s", mask_secrets(str(exc))[:300])
+    return resumed
 
 
 def repair_terminal_events(runtime: Runtime) -> int:

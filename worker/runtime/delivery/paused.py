@@ -1,0 +1,61 @@
+"""A turn whose tool calls wait for a person (`handlers.approvals`): paused without holding anything.
+
+The runner calls `pause` when the handler raised `AwaitingApproval` (its round's waiting calls
+already recorded in the journal): the turn moves to `awaiting_approval` in Postgres, giving up its
+lease (the caller then releases its thread and its model slot, and the Celery task ends), and one
+`approval_required` event tells consumers what waits and until when. A cancel asked while it ran
+ends it instead. The decision (`worker.approvals`) or the sweep's deadline sends it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from chatq.settings import Settings
+from handlers.errors import AwaitingApproval
+from worker.dispatch import send_next
+from worker.events import EventType, TurnEvents
+from worker.runtime.delivery.process import Runtime
+from worker.runtime.observers import hooks
+from worker.runtime.observers.hooks import Facts
+from worker.store import claims
+from worker.store.approvals import Paused, pause_turn
+
+__all__ = ["approval_seconds", "pause"]
+
+log = logging.getLogger(__name__)
+
+
+def approval_seconds(metadata: object, settings: Settings) -> float:
+    """How long a session's turn waits for decisions: its `approval_timeout` metadata (seconds), else
+    `CHATQ_APPROVAL_TIMEOUT`."""
+    own = metadata.get("approval_timeout") if isinstance(metadata, dict) else None
+    if isinstance(own, int | float) and not isinstance(own, bool) and math.isfinite(own) and own > 0:
+        return float(own)
+    return settings.approval_timeout
+
+
+def pause(claim: claims.Claim, events: TurnEvents, exc: AwaitingApproval, *, runtime: Runtime) -> Paused:
+    """Pause the claimed turn, announce it, call the `paused` hook (or, cancelled meanwhile, end it)."""
+    seconds = approval_seconds(dict(claim.session.metadata), runtime.settings)
+    paused = pause_turn(claim, seconds=seconds, engine=runtime.engine)
+    if not paused.stored:
+        return paused
+    facts = Facts.of_claim(claim, runtime.settings)
+    if paused.cancelled:
+        events.publish(EventType.CANCELLED, claim.attempt)
+        runtime.hooks.cancelled(hooks.Cancelled(turn=facts))
+        send_next(paused.next_turn, client=runtime.redis)
+        return paused
+    calls = [call.to_dict() for call in exc.calls]
+    events.publish(EventType.APPROVAL_REQUIRED, claim.attempt, calls=calls, until=paused.until)
+    log.info(
+        "turn %s session %s: awaiting approval of %d call(s) (%s)",
+        claim.turn_id,
+        claim.session.id,
+        len(calls),
+        ", ".join(call["name"] for call in calls),
+    )
+    runtime.hooks.paused(hooks.Paused(turn=facts, calls=tuple(call["name"] for call in calls), seconds=seconds))
+    return paused
