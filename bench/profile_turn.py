@@ -162,6 +162,9 @@ def _compare(one: Callable[[Any], None], names: list[str], turns: int, rounds: i
 
 
 def main(argv: list[str] | None = None) -> None:
+    # The hooks a worker process wires (the Celery app imports it): the runner refuses to run without.
+    import worker.wiring  # noqa: F401
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=100)
     parser.add_argument("--model", default="gpt-4o-mini")
