@@ -66,6 +66,9 @@ class Step:
     """The call's arguments as the model gave them (`approval_pending`)."""
     decision: Decision | None = None
     """The decision (`approval_decided`)."""
+    at: float | None = field(default=None, compare=False)
+    """Unix time it was recorded (as read from the journal; None for a step not read back). Not part of
+    what a step records: two steps with the same content are equal whenever they were written."""
 
 
 class Journal(Protocol):

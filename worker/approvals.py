@@ -26,7 +26,7 @@ from worker.events import get_redis
 from worker.payload import check_text, parse_uuid
 from worker.store import approvals
 
-__all__ = ["Decided", "decide_tool_call", "pending_approvals"]
+__all__ = ["Decided", "DecidedCalls", "decide_tool_call", "decide_turn", "pending_approvals"]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,18 @@ class Decided:
     """The call decided."""
     resumed: bool
     """True: that was the last decision its round waited for; the turn is queued again and sent."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecidedCalls:
+    """What `decide_turn` did."""
+
+    turn_id: uuid.UUID
+    """The turn."""
+    calls: tuple[str, ...]
+    """The calls decided (every one that waited)."""
+    resumed: bool
+    """True: its round waits for nothing more; the turn is queued again and sent."""
 
 
 def _check_args(call: PendingCall, decision: Decision) -> Decision:
@@ -82,25 +94,52 @@ def decide_tool_call(
     turn_uuid = parse_uuid(str(turn_id), "turn_id")
     if not isinstance(call_id, str) or not call_id:
         raise InvalidTurn("call_id must be the id of a waiting tool call")
+    decision = _decision(approve=approve, args=args, reason=reason)
+    decided = _decide(turn_uuid, {call_id: decision}, tenant=tenant)
+    log.info("turn %s: call %s %s", turn_uuid, call_id, "approved" if approve else "denied")
+    return Decided(turn_id=turn_uuid, call_id=call_id, resumed=decided.resumed)
+
+
+def decide_turn(
+    turn_id: uuid.UUID | str,
+    *,
+    approve: bool,
+    args: Mapping[str, Any] | None = None,
+    reason: str | None = None,
+    tenant: str | None = None,
+) -> DecidedCalls:
+    """The same decision on every call of the turn that waits, in one transaction (`POST /turns/{id}/approvals`
+    without a `call_id`). Raises as `decide_tool_call` does; ApprovalConflict when no call waits, and
+    InvalidTurn for `args` while more than one call waits (name the call they are for)."""
+    turn_uuid = parse_uuid(str(turn_id), "turn_id")
+    every = _decision(approve=approve, args=args, reason=reason)
+    decided = _decide(turn_uuid, {}, tenant=tenant, every=every)
+    log.info("turn %s: %d call(s) %s", turn_uuid, len(decided.calls), "approved" if approve else "denied")
+    return DecidedCalls(turn_id=turn_uuid, calls=decided.calls, resumed=decided.resumed)
+
+
+def _decision(*, approve: bool, args: Mapping[str, Any] | None, reason: str | None) -> Decision:
     if not isinstance(approve, bool):
         raise InvalidTurn(f"approve must be true or false, got {type(approve).__name__}")
     if args is not None and (not approve or not isinstance(args, Mapping)):
         raise InvalidTurn("args must be a JSON object, and only with approve")
     if reason is not None:
         reason = check_text(reason, "reason")[:MAX_REASON_CHARS]
-    decision = Decision(approve=approve, args=args, reason=reason)
-    decided = _decide(turn_uuid, {call_id: decision}, tenant=tenant)
-    log.info("turn %s: call %s %s", turn_uuid, call_id, "approved" if approve else "denied")
+    return Decision(approve=approve, args=args, reason=reason)
+
+
+def _decide(
+    turn_id: uuid.UUID, decisions: Mapping[str, Decision], *, tenant: str | None, every: Decision | None = None
+) -> approvals.Decided:
+    decided = approvals.decide_calls(
+        turn_id, decisions, engine=get_engine(), tenant=tenant, check=_check_args, every=every
+    )
     if decided.resumed:
         try:
             send_next(decided.next_turn, client=get_redis())
         except RedisError as exc:  # queued in Postgres: the sweeper sends it
-            log.warning("turn %s: could not send it after the decision: %s", turn_uuid, mask_secrets(str(exc)))
-    return Decided(turn_id=turn_uuid, call_id=call_id, resumed=decided.resumed)
-
-
-def _decide(turn_id: uuid.UUID, decisions: Mapping[str, Decision], *, tenant: str | None) -> approvals.Decided:
-    return approvals.decide_calls(turn_id, decisions, engine=get_engine(), tenant=tenant, check=_check_args)
+            log.warning("turn %s: could not send it after the decision: %s", turn_id, mask_secrets(str(exc)))
+    return decided
 
 
 def pending_approvals(*, tenant: str | None = None, limit: int = 100) -> list[dict[str, Any]]:

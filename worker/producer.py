@@ -23,8 +23,9 @@ from handlers import framework_names
 from models.db import autocommit_scope, get_engine, session_scope
 from models.knowledge import attach_knowledge_bases
 from models.tables import ChatMessage, ChatSession, Turn, TurnStatus
-from worker.approvals import Decided
+from worker.approvals import Decided, DecidedCalls
 from worker.approvals import decide_tool_call as _decide_tool_call
+from worker.approvals import decide_turn as _decide_turn
 from worker.approvals import pending_approvals as _pending_approvals
 from worker.deletion import DeletedSessionReport
 from worker.deletion import delete_session as _delete_session
@@ -70,6 +71,7 @@ __all__ = [
     "KEEP",
     "Cancellation",
     "Decided",
+    "DecidedCalls",
     "DeletedSessionReport",
     "IfBusy",
     "Keep",
@@ -79,6 +81,7 @@ __all__ = [
     "cancel_turn",
     "create_session",
     "decide_tool_call",
+    "decide_turn",
     "delete_session",
     "get_session",
     "list_sessions",
@@ -108,6 +111,7 @@ list_turns = _schema_checked(_list_turns)
 delete_session = _schema_checked(_delete_session)
 wait_for_turn = _schema_checked(_wait_for_turn)
 decide_tool_call = _schema_checked(_decide_tool_call)
+decide_turn = _schema_checked(_decide_turn)
 pending_approvals = _schema_checked(_pending_approvals)
 
 

@@ -24,6 +24,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from chatq.settings import Settings, mask_secrets
 from models.errors import KnowledgeBaseNotFound
 from worker.errors import (
+    ApprovalConflict,
+    ApprovalExpired,
     ChatqError,
     InvalidTurn,
     NotCancellable,
@@ -52,6 +54,8 @@ _ERROR_STATUS: dict[type[ChatqError], int] = {
     SessionBusy: 409,
     TurnConflict: 409,
     NotCancellable: 409,
+    ApprovalConflict: 409,
+    ApprovalExpired: 410,
     ServiceUnavailable: 503,
     KnowledgeBaseNotFound: 422,
 }

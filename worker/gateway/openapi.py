@@ -101,7 +101,12 @@ BASE_SCHEMA: dict[str, Any] = {
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
             },
             "Error409": {
-                "description": "conflict (busy session with if_busy=reject, turn id reused, turn already finished)",
+                "description": "conflict (busy session with if_busy=reject, turn id reused, turn already "
+                "finished, a call decided already or a turn not awaiting approval)",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+            },
+            "Error410": {
+                "description": "gone: the approval deadline passed and the call was denied as timed out",
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
             },
             "Error413": {
@@ -155,6 +160,14 @@ BASE_SCHEMA: dict[str, Any] = {
                         "description": "http(s) URL each turn of the session is POSTed to when it ends "
                         "(signed; see the Webhook schema and docs/gateway.md)",
                     },
+                    "approval": {
+                        "oneOf": [
+                            {"type": "string", "enum": ["none", "paid", "all"]},
+                            {"type": "array", "items": {"type": "string"}},
+                        ],
+                        "description": "which tool calls wait for a person's approval (docs/contract.md, "
+                        "'Approvals'); kept in the metadata as `approval`",
+                    },
                 },
             },
             "Session": {
@@ -205,6 +218,14 @@ BASE_SCHEMA: dict[str, Any] = {
                         "description": "replaces the attached knowledge bases (names of the session's tenant's)",
                     },
                     "webhook": {"type": ["string", "null"], "description": "an http(s) URL; null removes it"},
+                    "approval": {
+                        "oneOf": [
+                            {"type": "string", "enum": ["none", "paid", "all"]},
+                            {"type": "array", "items": {"type": "string"}},
+                        ],
+                        "description": "which tool calls wait for a person's approval (docs/contract.md, "
+                        "'Approvals'); kept in the metadata as `approval`",
+                    },
                 },
             },
             "DeletedSession": {
@@ -300,7 +321,10 @@ BASE_SCHEMA: dict[str, Any] = {
                     "id": {"type": "string", "format": "uuid"},
                     "session_id": {"type": "string", "format": "uuid"},
                     "position": {"type": "integer"},
-                    "status": {"type": "string", "enum": ["queued", "running", "succeeded", "failed", "cancelled"]},
+                    "status": {
+                        "type": "string",
+                        "enum": ["queued", "running", "awaiting_approval", "succeeded", "failed", "cancelled"],
+                    },
                     "attempts": {"type": "integer"},
                     "error": {"type": ["string", "null"]},
                     "usage": {"$ref": "#/components/schemas/Usage"},
@@ -315,7 +339,16 @@ BASE_SCHEMA: dict[str, Any] = {
                             "type": "object",
                             "properties": {
                                 "seq": {"type": "integer"},
-                                "kind": {"type": "string", "enum": ["model", "tool_started", "tool_result"]},
+                                "kind": {
+                                    "type": "string",
+                                    "enum": [
+                                        "model",
+                                        "tool_started",
+                                        "tool_result",
+                                        "approval_pending",
+                                        "approval_decided",
+                                    ],
+                                },
                                 "attempt": {"type": "integer"},
                                 "call_id": {"type": ["string", "null"]},
                                 "tool_name": {"type": ["string", "null"]},
@@ -352,6 +385,65 @@ BASE_SCHEMA: dict[str, Any] = {
                     "postgres": {"type": "string", "description": '"ok", or why not (a timeout or an error kind)'},
                     "redis": {"type": "string", "description": '"ok", or why not (a timeout or an error kind)'},
                     "error": {"type": "string", "description": "with 503: which of them does not answer"},
+                },
+            },
+            "PendingApprovals": {
+                "type": "object",
+                "required": ["approvals"],
+                "properties": {
+                    "approvals": {
+                        "type": "array",
+                        "description": "paused turns, nearest deadline first, as `pending_approvals()` lists them",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "turn_id": {"type": "string", "format": "uuid"},
+                                "session_id": {"type": "string", "format": "uuid"},
+                                "until": {"type": "number", "description": "the deadline, Unix time"},
+                                "calls": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "properties": {
+                                            "id": {"type": "string"},
+                                            "name": {"type": "string"},
+                                            "args": {"type": "object"},
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    }
+                },
+            },
+            "ApprovalDecision": {
+                "type": "object",
+                "required": ["approve"],
+                "additionalProperties": False,
+                "properties": {
+                    "call_id": {
+                        "type": ["string", "null"],
+                        "description": "the waiting call; absent or null: every call of the turn that waits",
+                    },
+                    "approve": {"type": "boolean", "description": "true runs the call, false denies it"},
+                    "args": {
+                        "type": ["object", "null"],
+                        "description": "approve with these arguments instead (checked against the tool's schema; "
+                        "without call_id only while exactly one call waits)",
+                    },
+                    "reason": {"type": ["string", "null"], "description": "why; a denial's reason reaches the model"},
+                },
+            },
+            "ApprovalDecided": {
+                "type": "object",
+                "properties": {
+                    "turn_id": {"type": "string", "format": "uuid"},
+                    "calls": {"type": "array", "items": {"type": "string"}, "description": "the calls decided"},
+                    "approved": {"type": "boolean"},
+                    "resumed": {
+                        "type": "boolean",
+                        "description": "true: nothing more waits; the turn is queued again and resumes",
+                    },
                 },
             },
             "Cancelled": {

@@ -135,8 +135,9 @@ ROUTES: list[Endpoint] = [
         description=(
             "Only the fields given change. `system_prompt: null` removes the instructions, `model: null` makes "
             "turns run on the worker's default model, `metadata` replaces the metadata, and `knowledge_bases` "
-            "(names) replaces the attached set, and `webhook` (an http(s) URL, null: none) is where turns that "
-            "end from now on are POSTed. Turns claimed from now on see the change; a running turn finishes as "
+            "(names) replaces the attached set, `webhook` (an http(s) URL, null: none) is where turns that "
+            "end from now on are POSTed, and `approval` (none, paid, all or tool names) which tool calls wait "
+            "for a person. Turns claimed from now on see the change; a running turn finishes as "
             "it started."
         ),
         tags=("sessions",),
@@ -231,6 +232,47 @@ ROUTES: list[Endpoint] = [
         tags=("turns",),
         responses={"200": json_content("cancelled, or asked to stop", "Cancelled")},
         errors=(409,),
+    ),
+    Endpoint(
+        method="GET",
+        path="/approvals",
+        handler=turns_api.list_approvals,
+        summary="List tool calls waiting for approval",
+        description=(
+            "Paused turns (`awaiting_approval`) with their waiting calls, nearest deadline first, as "
+            "`pending_approvals()` and `chatq pending --json` list them. A tenant's token lists only its "
+            "tenant's turns."
+        ),
+        tags=("approvals",),
+        parameters=(
+            {
+                "name": "limit",
+                "in": "query",
+                "required": False,
+                "description": "most turns listed",
+                "schema": {"type": "integer", "minimum": 1, "maximum": turns_api.MAX_APPROVALS, "default": 1000},
+            },
+        ),
+        responses={"200": json_content("what waits for a decision", "PendingApprovals")},
+        errors=(422,),
+    ),
+    Endpoint(
+        method="POST",
+        path="/turns/{turn_id}/approvals",
+        handler=turns_api.decide_approvals,
+        summary="Approve or deny waiting tool calls",
+        description=(
+            "Decides the waiting call `call_id` of a paused turn, or without it every call of the turn that "
+            "waits (one transaction). Approve runs the call as the model made it, or with `args` (checked "
+            "against the tool's parameter schema: 422 naming the argument); deny gives the model a tool "
+            "result saying so and `reason`. After the round's last decision the turn is queued again and "
+            "resumes from its journal (`resumed`). 409 for a call decided already or a turn not awaiting "
+            "approval; 410 once the deadline passed (the call was denied as timed out)."
+        ),
+        tags=("approvals",),
+        body="ApprovalDecision",
+        responses={"200": json_content("the decision is recorded", "ApprovalDecided")},
+        errors=(409, 410),
     ),
     Endpoint(
         method="GET",

@@ -103,6 +103,7 @@ async def create_session(call: Call) -> Response:
         system_prompt=system_prompt,
         metadata=metadata,
         webhook=webhook,
+        approval=data.get("approval"),  # checked as the Python API checks it (one line naming the forms)
         tenant=call.tenant,
     )
     return JSONResponse(
@@ -143,7 +144,7 @@ async def show_session(call: Call) -> Response:
 
 
 async def update_session(call: Call) -> Response:
-    """Change a session's instructions, model, metadata, knowledge bases or webhook."""
+    """Change a session's instructions, model, metadata, knowledge bases, webhook or approval policy."""
     from worker.producer import KEEP
     from worker.producer import update_session as update
 
@@ -166,6 +167,7 @@ async def update_session(call: Call) -> Response:
         metadata=data.get("metadata", KEEP),
         knowledge_bases=names,
         webhook=data.get("webhook", KEEP),
+        approval=data.get("approval", KEEP),
         tenant=call.tenant,
     )
     return JSONResponse(_with_links(session))

@@ -1,4 +1,5 @@
-"""The gateway's turn endpoints: submit a turn to a session, show a turn, cancel one.
+"""The gateway's turn endpoints: submit a turn to a session, show a turn, cancel one, decide on its
+tool calls that wait for approval, and list what waits.
 
 Each runs behind the route table's prologue (`worker/gateway/routing.py`), which authorized the
 token, parsed the path's id and read the body. A scoped token reaches only its tenant's sessions
@@ -13,7 +14,10 @@ from starlette.responses import JSONResponse, Response
 from worker.gateway.routing import Call
 from worker.gateway.state import optional_str, threaded
 
-__all__ = ["cancel_turn", "show_turn", "submit_turn"]
+__all__ = ["cancel_turn", "decide_approvals", "list_approvals", "show_turn", "submit_turn"]
+
+MAX_APPROVALS = 1000
+"""Most paused turns one `GET /approvals` lists."""
 
 
 async def submit_turn(call: Call) -> Response:
@@ -69,3 +73,44 @@ async def cancel_turn(call: Call) -> Response:
 
     done = await threaded(cancel, call.turn_id, tenant=call.tenant)
     return JSONResponse({"turn_id": str(call.turn_id), "status": done.status.value, "already_cancelled": done.already})
+
+
+async def list_approvals(call: Call) -> Response:
+    """Paused turns of the caller's tenant and their waiting calls, nearest deadline first (`pending_approvals`)."""
+    from worker.producer import pending_approvals
+
+    params = call.request.query_params
+    unknown = sorted(set(params) - {"limit"})
+    if unknown:
+        raise HTTPException(422, f"unknown query parameter {unknown[0][:60]!r}; use limit")
+    raw = params.get("limit") or str(MAX_APPROVALS)
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_APPROVALS:
+        raise HTTPException(422, f"limit must be a whole number from 1 to {MAX_APPROVALS}, got {raw[:20]!r}")
+    waiting = await threaded(pending_approvals, tenant=call.tenant, limit=int(raw))
+    return JSONResponse({"approvals": waiting})
+
+
+async def decide_approvals(call: Call) -> Response:
+    """Approve or deny one waiting tool call of a turn (`call_id`), or every one that waits."""
+    from worker.producer import decide_tool_call, decide_turn
+
+    data = call.data
+    if "approve" not in data:
+        raise HTTPException(422, "approve is required: true to run the call, false to deny it")
+    call_id, reason = optional_str(data, "call_id"), optional_str(data, "reason")
+    approve, args = data["approve"], data.get("args")
+    if not isinstance(approve, bool):
+        raise HTTPException(422, f"approve must be true or false, got {type(approve).__name__}")
+    if args is not None and not isinstance(args, dict):
+        raise HTTPException(422, f"args must be a JSON object or null, got {type(args).__name__}")
+    calls: tuple[str, ...]
+    if call_id is not None:
+        one = await threaded(
+            decide_tool_call, call.turn_id, call_id, approve=approve, args=args, reason=reason, tenant=call.tenant
+        )
+        calls, resumed = (one.call_id,), one.resumed
+    else:
+        every = await threaded(decide_turn, call.turn_id, approve=approve, args=args, reason=reason, tenant=call.tenant)
+        calls, resumed = every.calls, every.resumed
+    body = {"turn_id": str(call.turn_id), "calls": list(calls), "approved": approve, "resumed": resumed}
+    return JSONResponse(body)

@@ -16,6 +16,8 @@ cannot be bound is logged as an error; the worker runs on without the endpoint.
 | chatq_turn_duration_seconds | histogram | framework | claim to stored reply, per attempt that succeeded |
 | chatq_time_to_first_token_seconds | histogram | framework | claim to the first streamed text |
 | chatq_tokens_total | counter | model, kind | prompt and completion tokens of succeeded turns |
+| chatq_turns_paused_total | counter | framework | turns that paused for a person's approval (each pause) |
+| chatq_approval_wait_seconds | histogram | outcome | a tool call's pause to its decision: approved, denied, timed_out |
 | chatq_turns_in_flight | gauge | | turns this worker (every process of `chatq worker`) is running now |
 | chatq_sweeper_actions_total | counter | action | resent (lost messages) and expired_lease (dead workers) |
 | chatq_messages_set_aside_total | counter | queue | malformed queue items refused and moved to `chatq.dead` |
@@ -66,6 +68,14 @@ FIRST_TOKEN_SECONDS = Histogram(
     "chatq_time_to_first_token_seconds", "Claim to the first streamed text.", ["framework"], buckets=_LATENCY_BUCKETS
 )
 TOKENS = Counter("chatq_tokens_total", "Tokens of succeeded turns.", ["model", "kind"])
+PAUSED = Counter("chatq_turns_paused_total", "Turns that paused for a person's approval of tool calls.", ["framework"])
+APPROVAL_WAIT_SECONDS = Histogram(
+    "chatq_approval_wait_seconds",
+    "From a tool call's pause to its decision (approved, denied, timed_out).",
+    ["outcome"],
+    # People answer in seconds to a day (CHATQ_APPROVAL_TIMEOUT's default).
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 43200, 86400),
+)
 # livesum: under `chatq worker` the processes' values add up, and a process that died counts no more.
 IN_FLIGHT = Gauge("chatq_turns_in_flight", "Turns this worker is running now.", multiprocess_mode="livesum")
 SWEEPER = Counter("chatq_sweeper_actions_total", "Sweeper actions.", ["action"])
@@ -142,6 +152,12 @@ class MetricsHooks(hooks.TurnHooks):
 
     def failed(self, event: hooks.Failed) -> None:
         TURNS.labels("failed").inc()
+
+    def paused(self, event: hooks.Paused) -> None:
+        PAUSED.labels(event.turn.framework or "").inc()
+
+    def approval_waited(self, event: hooks.ApprovalWaited) -> None:
+        APPROVAL_WAIT_SECONDS.labels(event.outcome).observe(event.seconds)
 
     def cancelled(self, event: hooks.Cancelled) -> None:
         # A turn cancelled while queued was counted by no worker before either: the one that

@@ -20,7 +20,7 @@ from handlers.approvals import Decision, PendingCall
 from handlers.journal import StepKind
 from models.db import autocommit_scope, connection_scope
 from models.tables import TurnStatus
-from worker.errors import ApprovalConflict, ApprovalExpired, TurnNotFound
+from worker.errors import ApprovalConflict, ApprovalExpired, InvalidTurn, TurnNotFound
 from worker.store import transition_sql as sql
 from worker.store.claim_values import Claim
 from worker.store.journal import read_steps
@@ -56,6 +56,8 @@ class Decided:
     """True: that was the round's last decision; the turn is queued again."""
     next_turn: NextTurn | None = None
     """The turn itself when it is its session's next (it is, having held its place): send it now."""
+    calls: tuple[str, ...] = ()
+    """The calls this decision recorded (call ids, in the order they were made)."""
 
 
 def pause_turn(claim: Claim, *, seconds: float, engine: Engine) -> Paused:
@@ -92,6 +94,7 @@ def decide_calls(
     engine: Engine,
     tenant: str | None = None,
     check: Callable[[PendingCall, Decision], Decision] | None = None,
+    every: Decision | None = None,
 ) -> Decided:
     """Record decisions on a paused turn's waiting calls, in one transaction under the turn's row lock.
 
@@ -100,13 +103,17 @@ def decide_calls(
     decision (the arguments against the tool's schema) before anything is written. None: the sweep,
     which denies every undecided call "timed out", and only once the deadline has passed. After the
     round's last decision the turn is queued again and returned to be sent (`Decided.next_turn`).
-    TurnNotFound for a turn that does not exist (or is another tenant's).
+    TurnNotFound for a turn that does not exist (or is another tenant's). With `every` (and
+    `decisions` empty) that decision goes to every call of the round still waiting, read under the
+    lock; edited `args` then need exactly one waiting call (else InvalidTurn).
     """
     with connection_scope(engine) as db:
         turn = db.execute(sql.LOCK_PAUSED, {"turn_id": turn_id, "tenant": tenant}).one_or_none()
         if turn is None:
             raise TurnNotFound(f"turn {turn_id} does not exist")
         pending, decided = pending_calls(db, turn_id)
+        if every is not None:
+            decisions = _every_waiting(turn_id, turn, pending, decided, every)
         if decisions is None:
             if turn.status != TurnStatus.AWAITING_APPROVAL.value or not turn.expired:
                 return Decided(session_id=turn.session_id, resumed=False)
@@ -142,12 +149,36 @@ def decide_calls(
                     "message": decision.to_dict(),
                 },
             )
+        calls = tuple(decisions)
         if set(pending) - set(decided) - set(decisions):
-            return Decided(session_id=turn.session_id, resumed=False)
+            return Decided(session_id=turn.session_id, resumed=False, calls=calls)
         resumed = db.execute(sql.RESUME_DECIDED, {"turn_id": turn_id}).one_or_none() is not None
         return Decided(
-            session_id=turn.session_id, resumed=resumed, next_turn=next_in(db, turn.session_id) if resumed else None
+            session_id=turn.session_id,
+            resumed=resumed,
+            next_turn=next_in(db, turn.session_id) if resumed else None,
+            calls=calls,
         )
+
+
+def _every_waiting(
+    turn_id: uuid.UUID,
+    turn: Any,
+    pending: Mapping[str, PendingCall],
+    decided: Mapping[str, Mapping[str, Any]],
+    every: Decision,
+) -> dict[str, Decision]:
+    """`every` for each call of the open round still waiting: the same answers as naming each call would give."""
+    waiting = [call_id for call_id in pending if call_id not in decided]
+    if not waiting:
+        if pending and all(decided[call_id].get("timed_out") for call_id in pending):
+            raise ApprovalExpired(f"the approval deadline of turn {turn_id} passed; its calls were denied")
+        if turn.status != TurnStatus.AWAITING_APPROVAL.value:
+            raise ApprovalConflict(f"turn {turn_id} is not awaiting approval (it is {turn.status})")
+        raise ApprovalConflict(f"no call of turn {turn_id} awaits a decision")
+    if every.args is not None and len(waiting) > 1:
+        raise InvalidTurn(f"turn {turn_id} has {len(waiting)} waiting calls: name the call_id that args are for")
+    return dict.fromkeys(waiting, every)
 
 
 def expired_approvals(*, engine: Engine, limit: int = 100) -> list[uuid.UUID]:

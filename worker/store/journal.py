@@ -28,7 +28,8 @@ __all__ = ["TurnJournal", "read_steps"]
 
 READ = text(
     """
-    SELECT seq, kind, attempt, call_id, tool_name, message, usage
+    SELECT seq, kind, attempt, call_id, tool_name, message, usage,
+           CAST(extract(epoch FROM created_at) AS float8) AS at
     FROM turn_steps WHERE turn_id = :turn_id ORDER BY seq
     """
 )
@@ -65,6 +66,7 @@ def _step(row: RowMapping) -> Step:
             seq=int(row["seq"]),
             kind=kind,
             attempt=int(row["attempt"]),
+            at=row["at"],
             call_id=row["call_id"],
             tool_name=row["tool_name"],
             args=dict(args) if isinstance(args, dict) else {},
@@ -74,6 +76,7 @@ def _step(row: RowMapping) -> Step:
             seq=int(row["seq"]),
             kind=kind,
             attempt=int(row["attempt"]),
+            at=row["at"],
             call_id=row["call_id"],
             tool_name=row["tool_name"],
             decision=Decision.from_dict(message or {}),
@@ -82,6 +85,7 @@ def _step(row: RowMapping) -> Step:
         seq=int(row["seq"]),
         kind=kind,
         attempt=int(row["attempt"]),
+        at=row["at"],
         call_id=row["call_id"],
         tool_name=row["tool_name"],
         message=AgentMessage.from_dict(message) if message else None,

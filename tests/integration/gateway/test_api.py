@@ -129,6 +129,25 @@ def test_cancel_a_queued_turn_then_cancelling_a_finished_one_is_409(api: httpx.C
     assert "already succeeded" in error_of(api.post(f"/turns/{done}/cancel"), 409)
 
 
+def test_a_turn_paused_for_approval_is_listed_approved_over_http_and_resumes_on_the_real_worker(
+    api: httpx.Client,
+) -> None:
+    session_id = new_session(api, approval="all")  # every tool call waits, the calculator's too
+    turn_id = api.post(f"/sessions/{session_id}/turns", json={"content": "six times seven [calc: 6*7]"}).json()[
+        "turn_id"
+    ]
+    wait_for_status(uuid.UUID(turn_id), "awaiting_approval")
+    [waiting] = [p for p in api.get("/approvals").json()["approvals"] if p["turn_id"] == turn_id]
+    [call] = waiting["calls"]
+    assert waiting["session_id"] == session_id and call["args"]
+    decided = api.post(f"/turns/{turn_id}/approvals", json={"call_id": call["id"], "approve": True})
+    assert decided.json() == {"turn_id": turn_id, "calls": [call["id"]], "approved": True, "resumed": True}
+    assert wait_for_turn(uuid.UUID(turn_id)).status.value == "succeeded"
+    assert api.get(f"/turns/{turn_id}").json()["messages"][-1]["content"] == "The answer is 42."
+    again = api.post(f"/turns/{turn_id}/approvals", json={"call_id": call["id"], "approve": True})
+    assert "not awaiting approval" in error_of(again, 409)
+
+
 # ---------------------------------------------------------------------------------- auth: 401
 
 
@@ -146,6 +165,8 @@ def test_cancel_a_queued_turn_then_cancelling_a_finished_one_is_409(api: httpx.C
         ("PATCH", f"/sessions/{uuid.uuid4()}"),
         ("DELETE", f"/sessions/{uuid.uuid4()}"),
         ("GET", f"/sessions/{uuid.uuid4()}/turns"),
+        ("GET", "/approvals"),
+        ("POST", f"/turns/{uuid.uuid4()}/approvals"),
     ],
 )
 def test_every_api_endpoint_wants_the_token(anonymous: httpx.Client, method: str, path: str) -> None:
@@ -179,6 +200,8 @@ def test_the_openapi_document_describes_every_endpoint(anonymous: httpx.Client) 
         "/turns/{turn_id}": {"get"},
         "/turns/{turn_id}/cancel": {"post"},
         "/turns/{turn_id}/events": {"get"},
+        "/turns/{turn_id}/approvals": {"post"},
+        "/approvals": {"get"},
         "/healthz": {"get"},
         "/readyz": {"get"},
     }

@@ -316,3 +316,25 @@ def test_more_loads_older_sessions(page: Any, gateway: GatewayProcess) -> None:
     page.click("#more-sessions")
     page.wait_for_selector(f"#session-list button[data-session-id='{oldest}']")
     assert page.locator("#session-list button").count() > 20
+
+
+def test_the_page_asks_for_approval_of_a_waiting_call_and_approve_resumes_the_turn(
+    page: Any, gateway: GatewayProcess
+) -> None:
+    import httpx
+
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=gateway.base_url, headers=headers, timeout=30) as client:
+        created = client.post("/sessions", json={"model": STUB_MODEL, "approval": "all"})
+        session_id = created.json()["session_id"]
+    page.goto(f"{gateway.base_url}/?session={session_id}#token={TOKEN}")
+    page.evaluate(RECORDER)
+    reply = send(page, "six times seven [calc: 6*7]")
+    page.wait_for_selector(".msg.assistant[data-state=paused] .approval button")
+    assert "calculator" in (reply.locator(".approval").text_content() or "")
+    assert "waiting for approval" in (reply.locator(".meta").text_content() or "")
+    reply.locator(".approval button", has_text="Approve").click()
+    page.wait_for_selector(".msg.assistant[data-state=done]")
+    assert reply.locator(".text").text_content() == "The answer is 42."
+    assert "approved" in (reply.locator(".approval").text_content() or "")
+    assert page.is_enabled("#send")

@@ -162,6 +162,9 @@ PROBES = [
     Probe(method="POST", path="/sessions/{s}/turns", body={"content": ""}),
     Probe(method="POST", path="/sessions/{s}/turns", body={"content": "again", "if_busy": "reject"}),
     Probe(method="POST", path="/sessions/{own}/turns", body={"content": "reply", "reply_to": "{m}"}),
+    Probe(method="POST", path="/turns/{t}/approvals", body={"approve": True}),
+    Probe(method="POST", path="/turns/{t}/approvals", body={"call_id": "c1", "approve": False, "reason": "no"}),
+    Probe(method="POST", path="/turns/{t}/approvals", body={"approve": "yes"}, invalid=True),
     Probe(method="POST", path="/turns/{t}/cancel"),
     Probe(method="DELETE", path="/sessions/{s}"),
 ]
@@ -230,6 +233,8 @@ def test_another_tenants_objects_answer_exactly_as_objects_that_do_not_exist(bas
         assert acme.get(f"/turns/{theirs.turn}").json()["status"] == "queued"
         assert acme.get(f"/sessions/{theirs.session}").json()["metadata"] == {}
         assert acme.get(f"/sessions/{theirs.session}").json()["knowledge_bases"] == []
+        # A queued turn awaits no decision: its own tenant is told so (409), nothing changed.
+        assert acme.post(f"/turns/{theirs.turn}/approvals", json={"approve": True}).status_code == 409
         # The chat page's session list (and any list) holds only the tenant's own sessions.
         listed = {s["id"] for s in globex.get("/sessions", params={"limit": "20"}).json()["sessions"]}
         assert theirs.session not in listed

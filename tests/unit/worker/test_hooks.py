@@ -101,6 +101,7 @@ def test_the_registry_offers_every_point_of_the_base_class() -> None:
         "cancelled",
         "handed_back",
         "paused",
+        "approval_waited",
         "lost",
         "rejected",
         "ended",

@@ -4,7 +4,8 @@ The runner calls `pause` when the handler raised `AwaitingApproval` (its round's
 already recorded in the journal): the turn moves to `awaiting_approval` in Postgres, giving up its
 lease (the caller then releases its thread and its model slot, and the Celery task ends), and one
 `approval_required` event tells consumers what waits and until when. A cancel asked while it ran
-ends it instead. The decision (`worker.approvals`) or the sweep's deadline sends it again.
+ends it instead. The decision (`worker.approvals`) or the sweep's deadline sends it again, and
+the attempt that resumes it reports how long each call waited (`report_waits`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 
 from chatq.settings import Settings
 from handlers.errors import AwaitingApproval
+from handlers.journal import StepKind
 from worker.dispatch import send_next
 from worker.events import EventType, TurnEvents
 from worker.runtime.delivery.process import Runtime
@@ -21,8 +23,9 @@ from worker.runtime.observers import hooks
 from worker.runtime.observers.hooks import Facts
 from worker.store import claims
 from worker.store.approvals import Paused, pause_turn
+from worker.store.journal import TurnJournal
 
-__all__ = ["approval_seconds", "pause"]
+__all__ = ["approval_seconds", "pause", "report_waits"]
 
 log = logging.getLogger(__name__)
 
@@ -59,3 +62,34 @@ def pause(claim: claims.Claim, events: TurnEvents, exc: AwaitingApproval, *, run
     )
     runtime.hooks.paused(hooks.Paused(turn=facts, calls=tuple(call["name"] for call in calls), seconds=seconds))
     return paused
+
+
+def report_waits(claim: claims.Claim, journal: TurnJournal, *, runtime: Runtime) -> None:
+    """Call the `approval_waited` hook for each call of the open round decided since the pause, when
+    this attempt is the one that resumes the turn: its first delivery after the pause (the pause
+    reset the count) and the attempt right after the decisions' (the pause gave its attempt back).
+    A retry or takeover of the resumed attempt reads the same decisions and reports nothing."""
+    if claim.deliveries != 1:
+        return
+    paused_at: dict[str, float] = {}
+    decided: list[tuple[str, float, str]] = []
+    for step in journal.done:
+        if step.kind is StepKind.MODEL:
+            paused_at, decided = {}, []
+        elif step.kind is StepKind.APPROVAL_PENDING and step.call_id is not None and step.at is not None:
+            paused_at[step.call_id] = step.at
+        elif (
+            step.kind is StepKind.APPROVAL_DECIDED
+            and step.decision is not None
+            and step.call_id is not None
+            and step.at is not None
+            and step.attempt == claim.attempt - 1  # decided since the pause, which gave its attempt back
+        ):
+            decision = step.decision
+            outcome = "timed_out" if decision.timed_out else "approved" if decision.approve else "denied"
+            decided.append((step.call_id, step.at, outcome))
+    facts = Facts.of_claim(claim, runtime.settings) if decided else None
+    for call_id, at, outcome in decided:
+        if call_id in paused_at and facts is not None:
+            seconds = max(at - paused_at[call_id], 0.0)
+            runtime.hooks.approval_waited(hooks.ApprovalWaited(turn=facts, outcome=outcome, seconds=seconds))

@@ -31,7 +31,7 @@ from worker.errors import ConfigError, HandBack, InvalidTurn, LeaseLost, Session
 from worker.events import EventType, TurnEvents
 from worker.log_context import set_attempt, turn_context
 from worker.payload import TurnRequest
-from worker.runtime.delivery.paused import pause
+from worker.runtime.delivery.paused import pause, report_waits
 from worker.runtime.delivery.process import Runtime
 from worker.runtime.delivery.relay import run_handler
 from worker.runtime.delivery.resume import announced, open_journal, resuming
@@ -223,6 +223,7 @@ def retry_after_outage(request: TurnRequest, exc: BaseException, retries: int, *
 def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Result:
     registry = runtime.hooks
     journal = open_journal(claim, runtime)
+    report_waits(claim, journal, runtime=runtime)
     if claim.deliveries > 1:
         events = _events(claim.session.id, claim.turn_id, runtime)
         # The previous delivery ended without a clean hand-back (its worker died or lost its

@@ -17,7 +17,8 @@ The points of one delivery, in order (each payload is a frozen value; `Facts` na
     started                           an attempt begins (the claim succeeded)
       first_text                      the attempt streamed its first text
       tool                            the attempt streamed a tool call's progress (each time)
-      succeeded | failed | retried | cancelled | handed_back | lost
+      approval_waited                 the attempt resumes a paused turn (once per decided call)
+      succeeded | failed | retried | cancelled | handed_back | paused | lost
     ended                             the attempt is over (exactly once after every `started`)
 
 A delivery that runs no attempt emits `before_claim` and then at most one of `rejected` (an
@@ -200,6 +201,18 @@ class Paused:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ApprovalWaited:
+    """An attempt resumes a paused turn: one call of its round was decided after waiting this long."""
+
+    turn: Facts
+    """The turn and the attempt that resumes it."""
+    outcome: str
+    """`approved`, `denied` or `timed_out` (the sweep's denial at the deadline)."""
+    seconds: float
+    """From the pause (the call recorded as waiting) to its decision."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class HandedBack:
     """The worker is shutting down and passed the turn on to another worker."""
 
@@ -279,6 +292,9 @@ class TurnHooks(ServiceHooks):
 
     def paused(self, event: Paused) -> None:
         """The turn paused for a person's decision on tool calls (metrics, notifications hang here)."""
+
+    def approval_waited(self, event: ApprovalWaited) -> None:
+        """An attempt resumes a paused turn: one per call its round decided (once, by the attempt that resumes)."""
 
     def lost(self, event: Lost) -> None:
         """The attempt lost its lease."""
@@ -379,6 +395,9 @@ class HookRegistry(ServiceEmitter, TurnHooks):
 
     def paused(self, event: Paused) -> None:
         self._emit("paused", event)
+
+    def approval_waited(self, event: ApprovalWaited) -> None:
+        self._emit("approval_waited", event)
 
     def lost(self, event: Lost) -> None:
         self._emit("lost", event)
