@@ -55,6 +55,9 @@ def _install() -> None:
             name=TOOL_NAME,
             description="Test tool: kills the worker process that runs it (fault tests only).",
             func=self_destruct,
+            # Safe to repeat (durable steps): a call cut off by the crash runs again and kills again,
+            # so the turn meets the poison rule rather than the journal's "outcome unknown".
+            repeatable=True,
         ),
         replace=True,
     )
