@@ -60,34 +60,21 @@ def read_steps(db: Connection, turn_id: uuid.UUID) -> list[Step]:
 def _step(row: RowMapping) -> Step:
     kind = StepKind(row["kind"])
     message = row["message"]
+    common: dict[str, Any] = {
+        "seq": int(row["seq"]),
+        "kind": kind,
+        "attempt": int(row["attempt"]),
+        "at": row["at"],
+        "call_id": row["call_id"],
+        "tool_name": row["tool_name"],
+    }
     if kind is StepKind.APPROVAL_PENDING:
         args = (message or {}).get("args")
-        return Step(
-            seq=int(row["seq"]),
-            kind=kind,
-            attempt=int(row["attempt"]),
-            at=row["at"],
-            call_id=row["call_id"],
-            tool_name=row["tool_name"],
-            args=dict(args) if isinstance(args, dict) else {},
-        )
+        return Step(**common, args=dict(args) if isinstance(args, dict) else {})
     if kind is StepKind.APPROVAL_DECIDED:
-        return Step(
-            seq=int(row["seq"]),
-            kind=kind,
-            attempt=int(row["attempt"]),
-            at=row["at"],
-            call_id=row["call_id"],
-            tool_name=row["tool_name"],
-            decision=Decision.from_dict(message or {}),
-        )
+        return Step(**common, decision=Decision.from_dict(message or {}))
     return Step(
-        seq=int(row["seq"]),
-        kind=kind,
-        attempt=int(row["attempt"]),
-        at=row["at"],
-        call_id=row["call_id"],
-        tool_name=row["tool_name"],
+        **common,
         message=AgentMessage.from_dict(message) if message else None,
         usage={str(key): int(value) for key, value in (row["usage"] or {}).items()} or None,
     )
