@@ -46,10 +46,17 @@ format: install
 
 # The whole suite takes minutes (tens of them on a busy machine); `make test-fast` is the check to
 # run after every change, `make test-unit` the quickest.
+# On TEST_PROCESSES pytest processes (pytest-xdist; tests/conftest.py keeps a package's tests in one
+# of them), each with its own database and Redis db; then, alone, the few tests that restart the
+# Postgres or Redis all of them share (marked exclusive).
+TEST_PROCESSES ?= 2
+PARALLEL := -n $(TEST_PROCESSES) --dist loadgroup
+
 test: services lint
 	scripts/browser.sh
 	@echo "make test: the whole suite, each test named as it runs; for a quick check: make test-fast"
-	$(WITH_ENV) $(PY) -m pytest $(PYTEST_PROGRESS)
+	$(WITH_ENV) $(PY) -m pytest $(PYTEST_PROGRESS) $(PARALLEL) -m "not exclusive"
+	$(WITH_ENV) $(PY) -m pytest $(PYTEST_PROGRESS) -m exclusive
 
 test-unit: services
 	$(WITH_ENV) $(PY) -m pytest $(PYTEST_PROGRESS) tests/unit
@@ -58,7 +65,7 @@ test-unit: services
 # the real Postgres and Redis: everything but the tests marked slow (real workers, other processes,
 # faults; tests/support/workers.py refuses to start a worker for a test not marked slow).
 test-fast: services
-	$(WITH_ENV) $(PY) -m pytest $(PYTEST_PROGRESS) -m "not slow" tests/unit tests/integration
+	$(WITH_ENV) $(PY) -m pytest $(PYTEST_PROGRESS) $(PARALLEL) -m "not slow" tests/unit tests/integration
 
 test-integration: services
 	$(WITH_ENV) $(PY) -m pytest $(PYTEST_PROGRESS) tests/integration

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +19,10 @@ pytest_plugins = ["tests.support.fixtures"]
 # (docker compose's) or `.local/services.env`: they read no env file, only what each test sets.
 os.environ["CHATQ_ENV_FILES"] = ""
 
+ROOT = Path(__file__).resolve().parents[1]
 
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """In each package, the tests marked slow (real workers, processes) run after the others.
 
@@ -30,6 +34,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         packages.setdefault(item.path.parent.as_posix(), len(packages))
     items.sort(key=lambda item: (packages[item.path.parent.as_posix()], item.get_closest_marker("slow") is not None))
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_share_group(item)))
+
+
+def _share_group(item: pytest.Item) -> str:
+    """What must run in one test process, in the order above, when `make test` runs several
+    (pytest-xdist's `--dist loadgroup`): an integration package, whose package-scoped worker or
+    gateway must not run beside its in-process tests; a fault module, each on its own workers."""
+    parts = item.path.relative_to(ROOT).parts
+    if parts[:2] == ("tests", "faults"):
+        return item.path.relative_to(ROOT).as_posix()
+    return item.path.parent.relative_to(ROOT).as_posix()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -28,7 +28,7 @@ from tests.support.turns import replay_events
 from worker.payload import TurnRequest
 from worker.producer import create_session, submit_turn
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.exclusive]
 
 SESSIONS, TURNS = 3, 10
 TEXT = "[slow: 0.05] [words: 20]"

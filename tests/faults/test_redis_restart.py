@@ -21,7 +21,7 @@ from tests.faults.helpers import (
 from tests.support.turns import FINISHED
 from worker.producer import create_session, submit_turn
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.exclusive]
 
 SESSIONS, TURNS = 6, 14
 TEXT = "[slow: 0.05] [words: 20]"

@@ -151,22 +151,26 @@ def test_a_turn_paused_for_approval_is_listed_approved_over_http_and_resumes_on_
 # ---------------------------------------------------------------------------------- auth: 401
 
 
+# Fixed, not random: every pytest process (make test runs several) must collect the same test ids.
+SOME_ID = "3f1b0c7e-9d4a-4e51-8a5e-2c6f1d7b9e20"
+
+
 @pytest.mark.parametrize(
     ("method", "path"),
     [
         ("POST", "/sessions"),
-        ("POST", f"/sessions/{uuid.uuid4()}/turns"),
-        ("GET", f"/turns/{uuid.uuid4()}"),
-        ("POST", f"/turns/{uuid.uuid4()}/cancel"),
-        ("GET", f"/turns/{uuid.uuid4()}/events"),
-        ("GET", f"/sessions/{uuid.uuid4()}/events"),
+        ("POST", f"/sessions/{SOME_ID}/turns"),
+        ("GET", f"/turns/{SOME_ID}"),
+        ("POST", f"/turns/{SOME_ID}/cancel"),
+        ("GET", f"/turns/{SOME_ID}/events"),
+        ("GET", f"/sessions/{SOME_ID}/events"),
         ("GET", "/sessions"),
-        ("GET", f"/sessions/{uuid.uuid4()}"),
-        ("PATCH", f"/sessions/{uuid.uuid4()}"),
-        ("DELETE", f"/sessions/{uuid.uuid4()}"),
-        ("GET", f"/sessions/{uuid.uuid4()}/turns"),
+        ("GET", f"/sessions/{SOME_ID}"),
+        ("PATCH", f"/sessions/{SOME_ID}"),
+        ("DELETE", f"/sessions/{SOME_ID}"),
+        ("GET", f"/sessions/{SOME_ID}/turns"),
         ("GET", "/approvals"),
-        ("POST", f"/turns/{uuid.uuid4()}/approvals"),
+        ("POST", f"/turns/{SOME_ID}/approvals"),
     ],
 )
 def test_every_api_endpoint_wants_the_token(anonymous: httpx.Client, method: str, path: str) -> None:
