@@ -50,7 +50,7 @@ format: install
 # of them), each with its own database and Redis db; then, alone, the few tests that restart the
 # Postgres or Redis all of them share (marked exclusive).
 TEST_PROCESSES ?= 2
-PARALLEL := -n $(TEST_PROCESSES) --dist loadgroup
+PARALLEL := -n $(TEST_PROCESSES)
 
 test: services lint
 	scripts/browser.sh

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -19,10 +18,7 @@ pytest_plugins = ["tests.support.fixtures"]
 # (docker compose's) or `.local/services.env`: they read no env file, only what each test sets.
 os.environ["CHATQ_ENV_FILES"] = ""
 
-ROOT = Path(__file__).resolve().parents[1]
 
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """In each package, the tests marked slow (real workers, processes) run after the others.
 
@@ -34,18 +30,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         packages.setdefault(item.path.parent.as_posix(), len(packages))
     items.sort(key=lambda item: (packages[item.path.parent.as_posix()], item.get_closest_marker("slow") is not None))
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_share_group(item)))
 
 
-def _share_group(item: pytest.Item) -> str:
-    """What must run in one test process, in the order above, when `make test` runs several
-    (pytest-xdist's `--dist loadgroup`): an integration package, whose package-scoped worker or
-    gateway must not run beside its in-process tests; a fault module, each on its own workers."""
-    parts = item.path.relative_to(ROOT).parts
-    if parts[:2] == ("tests", "faults"):
-        return item.path.relative_to(ROOT).as_posix()
-    return item.path.parent.relative_to(ROOT).as_posix()
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """When `make test` runs the suite on several processes (pytest-xdist), send each process whole
+    groups (`share_group`), in the order collected: the fault modules, the slowest, first."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return share_group(nodeid)
+
+    # pytest-xdist's own `xdist_group` marks cannot be used: pytest 9 ignores how it renames tests.
+    config.option.loadscopereorder = False  # the collection's order, not the groups' sizes
+    return GroupScheduling(config, log)  # type: ignore[arg-type]
+
+
+def share_group(nodeid: str) -> str:
+    """What must run in one test process, in the order above: an integration package, whose
+    package-scoped worker or gateway must not run beside its in-process tests; a fault module
+    (each starts workers of its own); a unit test package."""
+    path = nodeid.split("::", 1)[0]
+    return path if path.startswith("tests/faults/") else path.rsplit("/", 1)[0]
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
