@@ -457,12 +457,28 @@ class DeliveryStatus(enum.StrEnum):
     """Given up: the retry window passed, or the URL is refused (a private address)."""
 
 
+class DeliveryEvent(enum.StrEnum):
+    """What a webhook delivery tells."""
+
+    ENDED = "ended"
+    """The turn ended (succeeded, failed or cancelled): the body is the turn as `GET /turns/{id}` returns it."""
+    AWAITING_APPROVAL = "awaiting_approval"
+    """The turn paused for a person's decision: the body names the waiting calls and the deadline."""
+
+
 class WebhookDelivery(Base):
-    """The POST of an ended turn to its webhook: one per turn, retried under the same id."""
+    """A POST of a turn to its webhook, retried under the same id: one per pause for approval and
+    one when it ends, numbered in that order (`ordinal`)."""
 
     __tablename__ = "webhook_deliveries"
     __table_args__ = (
-        UniqueConstraint("turn_id", name="uq_webhook_deliveries_turn_id"),
+        UniqueConstraint("turn_id", "ordinal", name="uq_webhook_deliveries_turn_ordinal"),
+        Index(
+            "ix_webhook_deliveries_turn_ended",
+            "turn_id",
+            unique=True,
+            postgresql_where=text("event = 'ended'"),
+        ),
         Index(
             "ix_webhook_deliveries_pending",
             "created_at",
@@ -473,8 +489,23 @@ class WebhookDelivery(Base):
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     """The delivery id (`X-Chatq-Delivery`), the same on every attempt: receivers de-duplicate on it."""
     turn_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("turns.id", ondelete="CASCADE"))
+    event: Mapped[DeliveryEvent] = mapped_column(
+        Enum(
+            DeliveryEvent,
+            name="delivery_event",
+            native_enum=False,
+            length=32,
+            values_callable=lambda e: [m.value for m in e],
+            create_constraint=True,
+        ),
+        default=DeliveryEvent.ENDED,
+        server_default=text("'ended'"),
+    )
+    """Why it is sent: the turn ended (at most one per turn), or it paused for approval (one per pause)."""
+    ordinal: Mapped[int] = mapped_column(Integer, default=1, server_default=text("1"))
+    """Its place among the turn's deliveries: 1, 2, ... in the order they were recorded."""
     url: Mapped[str] = mapped_column(Text)
-    """Where it goes (the turn's webhook, else its session's, when the turn ended)."""
+    """Where it goes (the turn's webhook, else its session's, when the turn paused or ended)."""
     status: Mapped[DeliveryStatus] = mapped_column(
         Enum(
             DeliveryStatus,

@@ -32,13 +32,16 @@ WEBHOOK_TASK_NAME = "chatq.deliver_webhook"
 _SCHEDULE = text(
     """
     -- The turn's own webhook, else its session's; nothing when it has none or has not ended.
-    INSERT INTO webhook_deliveries (id, turn_id, url, status, attempts)
-    SELECT :id, t.id, coalesce(t.webhook_url, s.webhook_url), 'pending', 0
+    -- After its pauses' deliveries (`ordinal`); a second `ended` one conflicts and is not made.
+    INSERT INTO webhook_deliveries (id, turn_id, event, ordinal, url, status, attempts)
+    SELECT :id, t.id, 'ended',
+           1 + coalesce((SELECT max(d.ordinal) FROM webhook_deliveries d WHERE d.turn_id = t.id), 0),
+           coalesce(t.webhook_url, s.webhook_url), 'pending', 0
     FROM turns t JOIN chat_sessions s ON s.id = t.session_id
     WHERE t.id = :turn_id
       AND coalesce(t.webhook_url, s.webhook_url) IS NOT NULL
       AND t.status IN ('succeeded', 'failed', 'cancelled')
-    ON CONFLICT (turn_id) DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING id
     """
 )

@@ -10,7 +10,16 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from models.db import session_scope
-from models.tables import ChatMessage, ChatSession, PaidToolCall, Turn, TurnStep, UsageRollup, WebhookDelivery
+from models.tables import (
+    ChatMessage,
+    ChatSession,
+    DeliveryEvent,
+    PaidToolCall,
+    Turn,
+    TurnStep,
+    UsageRollup,
+    WebhookDelivery,
+)
 from worker.errors import BatchNotFound, SessionNotFound, TurnNotFound
 from worker.history import message_dict, turn_dict
 from worker.payload import parse_uuid
@@ -58,8 +67,12 @@ def _step_dict(step: TurnStep) -> dict[str, Any]:
 
 
 def _webhook_report(db: Session, turn: Turn) -> dict[str, Any] | None:
-    """The turn's webhook and its delivery (None: neither the turn nor its session has one)."""
-    delivery = db.execute(select(WebhookDelivery).where(WebhookDelivery.turn_id == turn.id)).scalar_one_or_none()
+    """The turn's webhook and the delivery of its end (None: neither the turn nor its session has one).
+
+    A pause's deliveries are not shown here (docs/contract.md, "Webhooks")."""
+    delivery = db.execute(
+        select(WebhookDelivery).where(WebhookDelivery.turn_id == turn.id, WebhookDelivery.event == DeliveryEvent.ENDED)
+    ).scalar_one_or_none()
     if delivery is None:
         url = (
             turn.webhook_url

@@ -18,7 +18,7 @@ from handlers.errors import TOO_MANY_STEPS, AgentInvocationError
 from handlers.langgraph.graph import RECURSION_LIMIT, get_graph
 from handlers.langgraph.nodes import AGENT_NODE, RETRIEVE_NODE, TOOL_NODE
 from handlers.langgraph.state import CONTEXT_KEY, TurnContext
-from handlers.langgraph.streaming import TEXT, GraphRun, run_graph
+from handlers.langgraph.streaming import TEXT, TOOL, GraphRun, run_graph
 from handlers.langgraph.tools import langchain_tools
 from handlers.prepared import PreparedTurnHandler, Reply
 from handlers.turn_input import TurnInput
@@ -49,6 +49,7 @@ class LangGraphHandler(PreparedTurnHandler):
             tools=turn.tool_context,
             retrieval=turn.retrieval,
             on_text=graph_run.on_text,
+            on_tool=graph_run.on_tool,
             journal=turn.journal,
         )
         config: RunnableConfig = {"recursion_limit": RECURSION_LIMIT, "configurable": {CONTEXT_KEY: context}}
@@ -58,9 +59,6 @@ class LangGraphHandler(PreparedTurnHandler):
         # entered at tool execution, whose recorded results come back without running or events.
         resumed = turn.resumed
         state = {"messages": [*conversation(turn), *payloads_to_langchain(m.to_dict() for m in resumed.messages)]}
-        for call in resumed.pending:
-            if call.get("id") not in resumed.results:
-                yield _tool_event(call.get("id"), call.get("name"), "started")
         produced: list[BaseMessage] = []
         try:
             # Leaving this loop early ends the graph where it waits, unwinding its node (run_graph).
@@ -79,14 +77,22 @@ def _events(
 
     Text comes from the agent node's token chunks; the agent's finished messages and the tool
     results come from the updates, which is also where `produced` (this turn's messages, in order)
-    is filled. A reply that arrived without token chunks is sent as one text event. A result of a
-    call in `quiet` (recorded by an earlier attempt, which streamed its events) gets no event.
+    is filled. A reply that arrived without token chunks is sent as one text event. A call is
+    `started` when the tool node is about to run it (after the round's approval gate, as in
+    `plain_openai`: a call that waits for a person is started once, when it runs after the
+    decision), the knowledge-base search with its update. A call in `quiet` (its result recorded by
+    an earlier attempt, which streamed its events) gets no event.
     """
     streamed = False  # did the current agent step stream any text?
     for kind, data in items:
         if kind == TEXT:
             streamed = True
             yield StreamEvent(kind=StreamEventKind.TEXT, text=data)
+            continue
+        if kind == TOOL:
+            call_id, name = data
+            if not (quiet and call_id in quiet):
+                yield _tool_event(call_id, name, "started")
             continue
         for node, update in (data or {}).items():
             if node not in (RETRIEVE_NODE, AGENT_NODE, TOOL_NODE) or not update:
@@ -98,8 +104,9 @@ def _events(
                     if text and not streamed:
                         yield StreamEvent(kind=StreamEventKind.TEXT, text=text)
                     streamed = False
-                    for call in message.tool_calls:
-                        yield _tool_event(call.get("id"), call["name"], "started")
+                    if node == RETRIEVE_NODE:  # run already, by the turn's preparation
+                        for call in message.tool_calls:
+                            yield _tool_event(call.get("id"), call["name"], "started")
                 elif isinstance(message, ToolMessage) and not (quiet and message.tool_call_id in quiet):
                     yield _tool_event(message.tool_call_id, message.name, "finished")
 

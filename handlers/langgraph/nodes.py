@@ -102,6 +102,8 @@ class ToolExecutionNode:
         for call in calls:
             context.deadline.check()
             name, call_id = call["name"], call.get("id") or ""
+            if context.on_tool is not None:  # after the gate: a call that waits for a person is not started
+                context.on_tool(call_id, name)
             # The registry's tools read their turn (session, knowledge bases, call id) from here.
             with use_tool_context(context.tools.for_call(call_id)):
                 output, failed = _run(self.by_name.get(name), name, call.get("args") or {}, config)

@@ -48,6 +48,8 @@ class TurnContext:
     """The turn's first knowledge-base search, already run; the retrieve node adds it to the conversation."""
     on_text: Callable[[str], None] | None = None
     """Receives the agent's text chunks as they stream (`GraphRun.on_text`); None when nobody listens."""
+    on_tool: Callable[[str, str], None] | None = None
+    """Told (call id, tool name) right before the tool node runs each call (`GraphRun.on_tool`); None: nobody."""
     journal: Journal | None = None
     """Where the agent node records each reply that calls tools (`handlers.journal`); None: nothing is recorded."""
 

@@ -35,10 +35,12 @@ import greenlet
 from handlers.deadline import Deadline
 from handlers.errors import ThreadHopError
 
-__all__ = ["TEXT", "UPDATES", "GraphRun", "run_graph"]
+__all__ = ["TEXT", "TOOL", "UPDATES", "GraphRun", "run_graph"]
 
 TEXT = "text"
 """Kind of an item that holds a token chunk's text."""
+TOOL = "tool"
+"""Kind of an item that holds `(call id, tool name)` of a call the tool node is about to run."""
 UPDATES = "updates"
 """Kind of an item that holds one LangGraph `updates` part ({node: state update})."""
 
@@ -53,18 +55,25 @@ class GraphRun:
         self._runner: greenlet.greenlet | None = None
         self._consumer: greenlet.greenlet | None = None
         self._thread = 0
-        # Text from a node LangGraph ran on one of its own threads (only when several tasks run in
+        # Items from a node LangGraph ran on one of its own threads (only when several tasks run in
         # one step, never for chatq's graph): held until the graph's next item, never lost.
-        self._elsewhere: list[str] = []
+        self._elsewhere: list[tuple[str, Any]] = []
         self._elsewhere_lock = threading.Lock()
 
     def on_text(self, text: str) -> None:
         """Hand a token chunk's text to the consumer (called by the agent node as chunks arrive)."""
+        self._hand((TEXT, text))
+
+    def on_tool(self, call_id: str, name: str) -> None:
+        """Tell the consumer a call is about to run (called by the tool node, after the round's gate)."""
+        self._hand((TOOL, (call_id, name)))
+
+    def _hand(self, item: tuple[str, Any]) -> None:
         if self._runner is not None and greenlet.getcurrent() is self._runner:
-            self._to_consumer((TEXT, text))
+            self._to_consumer(item)
         else:
             with self._elsewhere_lock:
-                self._elsewhere.append(text)
+                self._elsewhere.append(item)
 
     def start(self, graph: Any, graph_input: Any, config: Any) -> None:
         """Prepare the graph's greenlet on this thread; it first runs at `next_item()`."""
@@ -112,16 +121,16 @@ class GraphRun:
         if self._elsewhere:
             with self._elsewhere_lock:
                 held, self._elsewhere = self._elsewhere, []
-            for text in held:
+            for held_item in held:
                 assert self._consumer is not None
-                self._consumer.switch((TEXT, text))
+                self._consumer.switch(held_item)
         return item
 
 
 def run_graph(
     graph: Any, graph_input: Any, config: Any, run: GraphRun, deadline: Deadline
 ) -> Iterator[tuple[str, Any]]:
-    """(TEXT, text) and (UPDATES, part) items of one graph run, in the order they happened.
+    """(TEXT, text), (TOOL, (call id, name)) and (UPDATES, part) items of one graph run, in the order they happened.
 
     Leaving early (the consumer closed the generator, the deadline passed, the graph failed)
     stops the deadline and ends the graph where it waits, so no graph work outlives its

@@ -360,8 +360,8 @@ BASE_SCHEMA: dict[str, Any] = {
             },
             "Webhook": {
                 "type": "object",
-                "description": "The turn's webhook (its own, else its session's) and its delivery; the "
-                "body POSTed is this Turn without `webhook`.",
+                "description": "The turn's webhook (its own, else its session's) and the delivery of its "
+                "end; the body POSTed is this Turn without `webhook`. A pause's deliveries are not shown.",
                 "properties": {
                     "url": {"type": "string"},
                     "delivery_id": {

@@ -2,6 +2,10 @@
 queued once its round's calls are all decided (`decide_calls`, by a person or, past the deadline,
 by the sweep); and the reads of what waits (`pending_calls`, `expired_approvals`).
 
+A pause of a turn with a webhook records its webhook delivery (`webhook_deliveries`, event
+`awaiting_approval`) in the transaction that pauses it: a paused turn always has it, and the
+caller sends its task message once that transaction is committed.
+
 A paused turn holds its session's place (it is unfinished: `worker.store.turns.runs_next_sql`)
 without a lease, a worker or a message in Redis: Postgres holds it, and the decision that makes it
 runnable again finds it as the session's next turn and hands it back to be sent.
@@ -9,8 +13,9 @@ runnable again finds it as the session's next turn and hands it back to be sent.
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +31,16 @@ from worker.store.claim_values import Claim
 from worker.store.journal import read_steps
 from worker.store.turns import NextTurn, next_in
 
-__all__ = ["Decided", "Paused", "decide_calls", "expired_approvals", "list_pending", "pause_turn", "pending_calls"]
+__all__ = [
+    "Decided",
+    "Paused",
+    "decide_calls",
+    "expired_approvals",
+    "list_pending",
+    "pause_body",
+    "pause_turn",
+    "pending_calls",
+]
 
 TIMED_OUT = "timed out"
 """The reason of the sweep's denial of calls whose deadline passed."""
@@ -44,6 +58,8 @@ class Paused:
     """Unix time of its deadline (paused)."""
     next_turn: NextTurn | None = None
     """Cancelled: the session's next queued turn, to send now."""
+    delivery_id: uuid.UUID | None = None
+    """Paused with a webhook: the delivery recorded with the pause, whose task message is to be sent."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,8 +76,11 @@ class Decided:
     """The calls this decision recorded (call ids, in the order they were made)."""
 
 
-def pause_turn(claim: Claim, *, seconds: float, engine: Engine) -> Paused:
-    """Move an owned running turn to `awaiting_approval` for at most `seconds`; not stored if the lease was lost."""
+def pause_turn(claim: Claim, *, seconds: float, engine: Engine, calls: Sequence[Mapping[str, Any]] = ()) -> Paused:
+    """Move an owned running turn to `awaiting_approval` for at most `seconds`; not stored if the lease was lost.
+
+    With a webhook (the turn's, else its session's) the same transaction records the pause's
+    delivery, whose body names the waiting `calls` (`{"id", "name", "args"}`) and the deadline."""
     with connection_scope(engine) as db:
         row = db.execute(
             sql.PAUSE, {"turn_id": claim.turn_id, "token": claim.lease_token, "seconds": max(seconds, 0.0)}
@@ -70,7 +89,25 @@ def pause_turn(claim: Claim, *, seconds: float, engine: Engine) -> Paused:
             return Paused(stored=False)
         if row.status == TurnStatus.CANCELLED.value:
             return Paused(stored=True, cancelled=True, next_turn=next_in(db, claim.session.id))
-        return Paused(stored=True, until=float(row.until))
+        until = float(row.until)
+        # Not from the claim's `has_webhook`: the session's webhook may have been set since the claim.
+        body = pause_body(claim.turn_id, claim.session.id, calls, until)
+        delivery_id = db.execute(
+            _RECORD_PAUSE_DELIVERY, {"id": uuid.uuid4(), "turn_id": claim.turn_id, "body": body}
+        ).scalar_one_or_none()
+        return Paused(stored=True, until=until, delivery_id=delivery_id)
+
+
+def pause_body(turn_id: uuid.UUID, session_id: uuid.UUID, calls: Sequence[Mapping[str, Any]], until: float) -> str:
+    """The JSON a pause's webhook delivery POSTs (docs/contract.md, "Webhooks"), the same bytes on every attempt."""
+    body = {
+        "id": str(turn_id),
+        "session_id": str(session_id),
+        "status": TurnStatus.AWAITING_APPROVAL.value,
+        "calls": [{"id": call["id"], "name": call["name"], "args": call.get("args")} for call in calls],
+        "until": until,
+    }
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 
 def pending_calls(db: Connection, turn_id: uuid.UUID) -> tuple[dict[str, PendingCall], dict[str, dict[str, Any]]]:
@@ -199,6 +236,20 @@ def list_pending(*, engine: Engine, tenant: str | None = None, limit: int = 100)
                 {"turn_id": str(row.id), "session_id": str(row.session_id), "until": float(row.until), "calls": calls}
             )
         return found
+
+
+_RECORD_PAUSE_DELIVERY = text(
+    """
+    -- Under the row lock the pause took: the turn's next delivery, to its webhook, its body fixed now.
+    INSERT INTO webhook_deliveries (id, turn_id, event, ordinal, url, status, attempts, body)
+    SELECT :id, t.id, 'awaiting_approval',
+           1 + coalesce((SELECT max(d.ordinal) FROM webhook_deliveries d WHERE d.turn_id = t.id), 0),
+           coalesce(t.webhook_url, s.webhook_url), 'pending', 0, :body
+    FROM turns t JOIN chat_sessions s ON s.id = t.session_id
+    WHERE t.id = :turn_id AND coalesce(t.webhook_url, s.webhook_url) IS NOT NULL
+    RETURNING id
+    """
+)
 
 
 _PAUSED = text(

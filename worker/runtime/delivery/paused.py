@@ -3,20 +3,23 @@
 The runner calls `pause` when the handler raised `AwaitingApproval` (its round's waiting calls
 already recorded in the journal): the turn moves to `awaiting_approval` in Postgres, giving up its
 lease (the caller then releases its thread and its model slot, and the Celery task ends), and one
-`approval_required` event tells consumers what waits and until when. A cancel asked while it ran
-ends it instead. The decision (`worker.approvals`) or the sweep's deadline sends it again, and
-the attempt that resumes it reports how long each call waited (`report_waits`).
+`approval_required` event tells consumers what waits and until when. A turn with a webhook has
+its pause's delivery recorded by the transaction that pauses it; its task message is sent here.
+A cancel asked while it ran ends it instead. The decision (`worker.approvals`) or the sweep's
+deadline sends it again, and the attempt that resumes it reports how long each call waited
+(`report_waits`).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import uuid
 
-from chatq.settings import Settings
+from chatq.settings import Settings, mask_secrets
 from handlers.errors import AwaitingApproval
 from handlers.journal import StepKind
-from worker.dispatch import send_next
+from worker.dispatch import send_delivery, send_next
 from worker.events import EventType, TurnEvents
 from worker.runtime.delivery.process import Runtime
 from worker.runtime.observers import hooks
@@ -42,7 +45,8 @@ def approval_seconds(metadata: object, settings: Settings) -> float:
 def pause(claim: claims.Claim, events: TurnEvents, exc: AwaitingApproval, *, runtime: Runtime) -> Paused:
     """Pause the claimed turn, announce it, call the `paused` hook (or, cancelled meanwhile, end it)."""
     seconds = approval_seconds(dict(claim.session.metadata), runtime.settings)
-    paused = pause_turn(claim, seconds=seconds, engine=runtime.engine)
+    calls = [call.to_dict() for call in exc.calls]
+    paused = pause_turn(claim, seconds=seconds, engine=runtime.engine, calls=calls)
     if not paused.stored:
         return paused
     facts = Facts.of_claim(claim, runtime.settings)
@@ -51,7 +55,8 @@ def pause(claim: claims.Claim, events: TurnEvents, exc: AwaitingApproval, *, run
         runtime.hooks.cancelled(hooks.Cancelled(turn=facts))
         send_next(paused.next_turn, client=runtime.redis)
         return paused
-    calls = [call.to_dict() for call in exc.calls]
+    if paused.delivery_id is not None:
+        _send_pause_delivery(claim, paused.delivery_id)
     events.publish(EventType.APPROVAL_REQUIRED, claim.attempt, calls=calls, until=paused.until)
     log.info(
         "turn %s session %s: awaiting approval of %d call(s) (%s)",
@@ -62,6 +67,16 @@ def pause(claim: claims.Claim, events: TurnEvents, exc: AwaitingApproval, *, run
     )
     runtime.hooks.paused(hooks.Paused(turn=facts, calls=tuple(call["name"] for call in calls), seconds=seconds))
     return paused
+
+
+def _send_pause_delivery(claim: claims.Claim, delivery_id: uuid.UUID) -> None:
+    """Send the task message of the webhook delivery the pause recorded; the pause stands if that fails."""
+    try:
+        send_delivery(delivery_id)
+    except Exception as exc:  # the row is pending in Postgres; only this message is lost
+        log.warning("turn %s: could not queue its pause's webhook delivery: %s", claim.turn_id, mask_secrets(str(exc)))
+        return
+    log.info("turn %s: webhook delivery %s (awaiting approval) queued", claim.turn_id, delivery_id)
 
 
 def report_waits(claim: claims.Claim, journal: TurnJournal, *, runtime: Runtime) -> None:

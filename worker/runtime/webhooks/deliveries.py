@@ -1,13 +1,15 @@
-"""Webhooks: when a turn with a webhook ends, chatq POSTs the turn to it, at least once, signed.
+"""Webhooks: when a turn with a webhook pauses for approval or ends, chatq POSTs it there, at least once, signed.
 
 The lifecycle hook `WebhookHooks` (`worker.runtime.observers.observers.default_hooks`) schedules a delivery
 when a turn ends succeeded, failed or cancelled (the producer does for a turn cancelled while
-queued, which no worker sees end): one `webhook_deliveries` row per turn (its id is the delivery
-id, `X-Chatq-Delivery`, and the Celery task id) and one `chatq.deliver_webhook` message on the
-`chatq.webhooks` queue. Scheduling is one insert and one publish; the POST itself never runs on a
-turn's thread.
+queued, which no worker sees end): one `webhook_deliveries` row (event `ended`; its id is the
+delivery id, `X-Chatq-Delivery`, and the Celery task id) and one `chatq.deliver_webhook` message
+on the `chatq.webhooks` queue. Scheduling is one insert and one publish; the POST itself never
+runs on a turn's thread. A turn that pauses for approval also gets a row per pause (event
+`awaiting_approval`, its body written with the pause: `worker.store.approvals.pause_turn`), sent
+the same way by `worker.runtime.delivery.paused`; `ordinal` numbers a turn's rows in order.
 
-`deliver` is one attempt, called by the task: the body is fixed at the first attempt (the turn as
+`deliver` is one attempt, called by the task: an `ended` body is fixed at the first attempt (the turn as
 `GET /turns/{id}` returns it, without its own `webhook` entry), the host resolved and checked
 (`worker.webhook_urls`), the request signed and sent (`worker.runtime.webhooks.webhook_http`), and the
 answer recorded on the row (attempts, last status code, last error). Anything but a 2xx is retried
@@ -36,7 +38,7 @@ from sqlalchemy import Engine, text
 
 from chatq.settings import mask_secrets
 from models.db import session_scope
-from models.tables import DeliveryStatus
+from models.tables import DeliveryEvent, DeliveryStatus
 from worker.dispatch import WEBHOOK_TASK_NAME as TASK_NAME
 from worker.dispatch import schedule_delivery
 from worker.errors import TurnNotFound, WebhookRefused
@@ -67,7 +69,7 @@ BUSY_DELAY = 1.0
 
 _LOAD = text(
     """
-    SELECT d.turn_id, d.url, d.status, d.body, d.attempts, t.status AS turn_status,
+    SELECT d.turn_id, d.event, d.url, d.status, d.body, d.attempts, t.status AS turn_status,
            extract(epoch FROM now() - d.created_at) AS age
     FROM webhook_deliveries d JOIN turns t ON t.id = d.turn_id
     WHERE d.id = :id
@@ -141,7 +143,8 @@ def _attempt(delivery_id: uuid.UUID, runtime: Runtime) -> Attempted:
         return Attempted(outcome=DeliveryOutcome.FAILED, error=exc.message)
     headers = signed_headers(
         delivery_id=str(delivery_id),
-        event=f"turn.{row.turn_status}",
+        # A pause's delivery tells of the pause, whatever the turn has done since.
+        event=f"turn.{row.turn_status if row.event == DeliveryEvent.ENDED.value else row.event}",
         attempt=attempt,
         timestamp=int(time.time()),
         body=body,
