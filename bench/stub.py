@@ -7,7 +7,10 @@ It runs as its own process (`python -m bench.stub`), so its CPU never counts as 
 - a listen backlog of 1024 (the stdlib default of 5 drops SYNs when 200 turns connect at once,
   which would show up as a 1 s client retry that is the stub's fault, not chatq's);
 - `GET /_stats` -> `{"active", "peak", "requests"}` (concurrent requests now, their peak, total) and
-  `DELETE /_stats` to reset the peak and the total.
+  `DELETE /_stats` to reset the peak and the total;
+- `[mark: KEY]`: the arrival time (`time.time()`, as soon as the body is read) of every request
+  carrying it is kept; `GET /_marks` -> `{KEY: [times]}` (bench/approvals.py times a turn's model
+  requests with it).
 
 Every other directive (`[sleep: S]`, `[slow: S]`, `[words: N]`, ...) behaves as in the test stub.
 """
@@ -40,6 +43,7 @@ class BenchStub(OpenAIStub):
         self.active = 0
         self.peak = 0
         self.total = 0
+        self.marks: dict[str, list[float]] = {}
 
     def handler_base(self) -> type[_Handler]:
         return _BenchHandler
@@ -64,6 +68,14 @@ class BenchStub(OpenAIStub):
         with self._lock:
             return {"active": self.active, "peak": self.peak, "requests": self.total}
 
+    def mark(self, key: str, at: float) -> None:
+        with self._lock:
+            self.marks.setdefault(key, []).append(at)
+
+    def marked(self) -> dict[str, list[float]]:
+        with self._lock:
+            return {key: list(times) for key, times in self.marks.items()}
+
     def reset_stats(self) -> None:
         with self._lock:
             self.peak = self.active
@@ -76,6 +88,8 @@ class _BenchHandler(_Handler):
     def do_GET(self) -> None:
         if self.path.rstrip("/") == "/_stats":
             self._json(200, self.owner.stats())
+        elif self.path.rstrip("/") == "/_marks":
+            self._json(200, self.owner.marked())
         else:
             super().do_GET()
 
@@ -103,9 +117,12 @@ class _BenchHandler(_Handler):
         except (ValueError, json.JSONDecodeError):
             self._json(400, {"error": {"message": "invalid JSON body"}})
             return
+        arrived = time.time()
         owner = self.owner
         messages = body.get("messages") or []
         script = Script.parse(messages)
+        if script.directives.get("mark"):
+            owner.mark(script.directives["mark"], arrived)
         owner.wait(owner.latency + script.seconds("sleep"))
         interval = max(owner.chunk_interval, script.seconds("slow"))
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
