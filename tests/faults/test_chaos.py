@@ -25,7 +25,8 @@ from worker.producer import create_session, submit_turn
 pytestmark = pytest.mark.slow
 
 SEED = 4242
-SESSIONS, TURNS_PER_SESSION = 20, 10
+# 12 sessions: each worker slot still has turns of several sessions running at every kill.
+SESSIONS, TURNS_PER_SESSION = 12, 10
 WORKER_SLOTS, CONCURRENCY = 3, 8
 CHAOS_SECONDS = 30.0
 KILL_EVERY = (2.0, 4.0)

@@ -20,7 +20,8 @@ from worker.producer import create_session, submit_turn
 
 pytestmark = pytest.mark.slow
 
-CYCLES = int(os.environ.get("CHATQ_START_STOP_CYCLES", "6"))
+# 3 in `make test` (each start costs a worker start-up); CHATQ_START_STOP_CYCLES=30 for a long look.
+CYCLES = int(os.environ.get("CHATQ_START_STOP_CYCLES", "3"))
 
 
 @pytest.mark.timeout(120 + CYCLES * 30)

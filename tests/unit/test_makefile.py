@@ -28,10 +28,20 @@ def _pytest_commands(*targets: str) -> list[list[str]]:
 
 def test_every_test_target_shows_progress_per_test() -> None:
     commands = _pytest_commands("test", "test-unit", "test-integration", "test-faults")
-    assert len(commands) == 4
+    assert len(commands) == 5  # `make test`: two runs
     for arguments in commands:
         assert "-v" in arguments, arguments
         assert any(argument.startswith("--durations=") for argument in arguments), arguments
+
+
+def test_make_test_runs_every_test_once_the_exclusive_ones_alone() -> None:
+    parallel, alone = _pytest_commands("test")
+    # The suite on several processes, less the tests marked exclusive ...
+    assert parallel[parallel.index("-n") + 1].isdigit() and int(parallel[parallel.index("-n") + 1]) >= 2
+    assert parallel[parallel.index("-m") + 1] == "not exclusive"
+    # ... then those on one process, nothing else running: together, the whole suite.
+    assert "-n" not in alone and alone[alone.index("-m") + 1] == "exclusive"
+    assert not [argument for argument in parallel + alone if argument.startswith("tests")]
 
 
 def test_the_readme_names_the_quick_subset() -> None:
