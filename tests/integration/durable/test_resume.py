@@ -42,7 +42,7 @@ def _shape(messages: list[ChatMessage]) -> list[tuple[Any, ...]]:
         (
             m.role,
             m.content,
-            [(c["name"], json.dumps(c["args"]).replace("/faulty/", "/clean/")) for c in m.tool_calls or ()],
+            [(c["name"], json.dumps(c["args"]).replace("/fault/", "/clean/")) for c in m.tool_calls or ()],
             m.tool_call_id is not None,
         )
         for m in messages
@@ -60,15 +60,16 @@ def test_a_retried_turn_resumes_after_its_finished_steps_and_stores_what_a_fault
     clean_key, faulty_key = f"clean-{uuid.uuid4().hex}", f"faulty-{uuid.uuid4().hex}"
     # The same words in both (the stub's usage counts them); only the faulty one reaches its 3rd request's fault.
     (tmp_path / "clean").mkdir()
-    (tmp_path / "faulty").mkdir()
+    # Folder names of one length: the stub counts a tool call's characters (its arguments hold the path).
+    (tmp_path / "fault").mkdir()
     clean = _submit(framework, _content(tmp_path / "clean" / "out.txt", clean_key, 99))
-    faulty = _submit(framework, _content(tmp_path / "faulty" / "out.txt", faulty_key, 3))
+    faulty = _submit(framework, _content(tmp_path / "fault" / "out.txt", faulty_key, 3))
     rows = wait_for_turns([clean, faulty])
     assert rows[clean].status.value == "succeeded" and rows[clean].attempts == 1
     assert rows[faulty].status.value == "succeeded" and rows[faulty].attempts == 2, rows[faulty].error
 
     # Each call of the side-effect tool ran exactly once, under its own stable key.
-    written = lines(tmp_path / "faulty" / "out.txt")
+    written = lines(tmp_path / "fault" / "out.txt")
     assert len(written) == ROUNDS and len(set(written)) == ROUNDS
     assert all(line.startswith(f"{faulty}:call_") for line in written)
 
