@@ -480,8 +480,8 @@ class WebhookDelivery(Base):
             postgresql_where=text("event = 'ended'"),
         ),
         Index(
-            "ix_webhook_deliveries_pending",
-            "created_at",
+            "ix_webhook_deliveries_due",
+            "next_attempt_at",
             postgresql_where=text("status = 'pending'"),
         ),
     )
@@ -527,3 +527,7 @@ class WebhookDelivery(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     last_attempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    """While pending: when its next attempt is due (its creation, then each failed attempt's back-off);
+    an attempt under way holds it ahead by the attempt's time limit. A row due for longer than
+    CHATQ_REQUEUE_GRACE has lost its task message: the sweep sends it again."""

@@ -1,5 +1,5 @@
 """Sending task messages: `chatq.run_turn` (the one place that knows the task's name, id and routing)
-and `chatq.deliver_webhook` (recording a delivery and sending it).
+and `chatq.deliver_webhook` (sending a delivery that Postgres recorded).
 
 On the session side: a producer sends through it, and loads no module of the runtime."""
 
@@ -29,20 +29,10 @@ log = logging.getLogger(__name__)
 WEBHOOK_TASK_NAME = "chatq.deliver_webhook"
 """The webhook delivery task's name."""
 
-_SCHEDULE = text(
+_PENDING_END = text(
     """
-    -- The turn's own webhook, else its session's; nothing when it has none or has not ended.
-    -- After its pauses' deliveries (`ordinal`); a second `ended` one conflicts and is not made.
-    INSERT INTO webhook_deliveries (id, turn_id, event, ordinal, url, status, attempts)
-    SELECT :id, t.id, 'ended',
-           1 + coalesce((SELECT max(d.ordinal) FROM webhook_deliveries d WHERE d.turn_id = t.id), 0),
-           coalesce(t.webhook_url, s.webhook_url), 'pending', 0
-    FROM turns t JOIN chat_sessions s ON s.id = t.session_id
-    WHERE t.id = :turn_id
-      AND coalesce(t.webhook_url, s.webhook_url) IS NOT NULL
-      AND t.status IN ('succeeded', 'failed', 'cancelled')
-    ON CONFLICT DO NOTHING
-    RETURNING id
+    -- Recorded with the end (`worker.store.transition_sql.end_delivery_sql`); still to be sent.
+    SELECT id FROM webhook_deliveries WHERE turn_id = :turn_id AND event = 'ended' AND status = 'pending'
     """
 )
 
@@ -120,10 +110,12 @@ def kick_next(session_id: uuid.UUID, *, engine: Engine, client: redis.Redis) -> 
     send_next(nxt, client=client)
 
 
-def schedule_delivery(turn_id: uuid.UUID, *, engine: Engine) -> uuid.UUID | None:
-    """Record and send the delivery of an ended turn with a webhook; its id, or None (no webhook, or already)."""
+def send_end_delivery(turn_id: uuid.UUID, *, engine: Engine) -> uuid.UUID | None:
+    """Send the task message of an ended turn's webhook delivery, which the end recorded; its id, or
+    None (no webhook, or no longer pending). If this never runs (the process died after the end's
+    commit) or the message is lost, the sweep sends it (`worker.runtime.webhooks.recovery`)."""
     with session_scope(engine) as db:
-        delivery_id = db.execute(_SCHEDULE, {"id": uuid.uuid4(), "turn_id": turn_id}).scalar_one_or_none()
+        delivery_id = db.execute(_PENDING_END, {"turn_id": turn_id}).scalar_one_or_none()
     if delivery_id is None:
         return None
     send_delivery(delivery_id)

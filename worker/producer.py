@@ -29,7 +29,7 @@ from worker.approvals import decide_turn as _decide_turn
 from worker.approvals import pending_approvals as _pending_approvals
 from worker.deletion import DeletedSessionReport
 from worker.deletion import delete_session as _delete_session
-from worker.dispatch import kick_next, schedule_delivery, send_turn
+from worker.dispatch import kick_next, send_end_delivery, send_turn
 from worker.errors import (
     InvalidTurn,
     NotCancellable,
@@ -321,8 +321,8 @@ def _announce_cancel(turn_id: uuid.UUID) -> None:
         EventType.CANCELLED, 0
     )
     try:
-        schedule_delivery(turn_id, engine=get_engine())
-    except Exception as exc:  # the cancel stands; only its webhook is lost
+        send_end_delivery(turn_id, engine=get_engine())
+    except Exception as exc:  # the cancel stands; the sweep sends its webhook's delivery
         log.warning("turn %s: could not queue its webhook delivery: %s", turn_id, mask_secrets(str(exc)))
 
 

@@ -4,7 +4,8 @@ by the sweep); and the reads of what waits (`pending_calls`, `expired_approvals`
 
 A pause of a turn with a webhook records its webhook delivery (`webhook_deliveries`, event
 `awaiting_approval`) in the transaction that pauses it: a paused turn always has it, and the
-caller sends its task message once that transaction is committed.
+caller sends its task message once that transaction is committed (the sweep does if it never is).
+A cancel asked while it ran ends it instead, recording its `ended` delivery the same way.
 
 A paused turn holds its session's place (it is unfinished: `worker.store.turns.runs_next_sql`)
 without a lease, a worker or a message in Redis: Postgres holds it, and the decision that makes it

@@ -8,7 +8,8 @@ limits (`hold_turn`) -> queued; waiting for a person's decision on its tool call
 fail or cancel (`finish_turn`, `request_cancel`) -> failed / cancelled; take over (a lease ran out:
 `take_over`, by the sweeper or a claim) -> queued; at a claim, a pending cancel -> cancelled and a
 poison turn -> failed. A finished turn never changes again: every statement here matches only
-unfinished turns.
+unfinished turns. Each transition that ends a turn records its webhook's `ended` delivery in the
+same statement or transaction (`transition_sql.end_delivery_sql`).
 
 A claim takes a `queued` turn only when it is the turn its session runs next
 (`worker.store.turns.runs_next_sql`), under the session row lock, in one statement that decides;
@@ -251,7 +252,7 @@ def complete_turn(claim: Claim, messages: Sequence[AgentMessage], usage: Usage, 
 
 
 def finish_turn(claim: Claim, status: TurnStatus, error: str | None = None, *, engine: Engine) -> Finished:
-    """End an owned turn as failed or cancelled; not stored if the lease was lost."""
+    """End an owned turn as failed or cancelled (with its webhook's delivery); not stored if the lease was lost."""
     with connection_scope(engine) as db:
         done = db.execute(
             update(Turn)
@@ -263,6 +264,7 @@ def finish_turn(claim: Claim, status: TurnStatus, error: str | None = None, *, e
         ).scalar_one_or_none()
         if done is None:
             return Finished(stored=False)
+        db.execute(sql.FINISH_DELIVERY, {"turn_id": claim.turn_id})  # its webhook's, with the end
         return Finished(stored=True, next_turn=next_in(db, claim.session.id))
 
 

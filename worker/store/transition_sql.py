@@ -5,6 +5,10 @@ its manager calls.
 
 The turn-order rule (`worker.store.turns.runs_next_sql`) is composed into them as it is into every
 other query about which turn a session runs next. Each is one statement, atomic on its own.
+
+Every statement that ends a turn (succeeded, failed or cancelled) also records its webhook's
+`ended` delivery (`end_delivery_sql`), so a turn that ended with a webhook always has it, whatever
+happens to the process after the commit (the sweep sends a delivery whose message was lost).
 """
 
 from __future__ import annotations
@@ -13,6 +17,27 @@ from sqlalchemy import BigInteger, Uuid, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 from worker.store.turns import UNFINISHED_SQL, next_runnable_sql, poison_sql, runs_next_sql
+
+
+def end_delivery_sql(ended: str, *, where: str = "true") -> str:
+    """The insert of the `ended` webhook delivery of each turn `ended` returns (its `id`), where `where`
+    holds of that row: the turn's webhook, else its session's; none without one, and none twice.
+
+    For a data-modifying CTE beside the statement that ends the turns, or a statement of its own
+    after it in the same transaction. The delivery comes after the turn's pauses' (`ordinal`), due
+    now; its body is fixed at its first attempt (`worker.runtime.webhooks.deliveries`)."""
+    return f"""
+    INSERT INTO webhook_deliveries (id, turn_id, event, ordinal, url, status, attempts, next_attempt_at)
+    SELECT gen_random_uuid(), t.id, 'ended',
+           1 + coalesce((SELECT max(d.ordinal) FROM webhook_deliveries d WHERE d.turn_id = t.id), 0),
+           coalesce(t.webhook_url, s.webhook_url), 'pending', 0, clock_timestamp()
+    FROM {ended} e
+    JOIN turns t ON t.id = e.id
+    JOIN chat_sessions s ON s.id = t.session_id
+    WHERE ({where}) AND coalesce(t.webhook_url, s.webhook_url) IS NOT NULL
+    ON CONFLICT DO NOTHING
+    """  # noqa: S608 (composed of constant SQL)
+
 
 FAST_CLAIM = text(
     f"""
@@ -95,6 +120,7 @@ COMPLETE = text(
         WHERE id = :turn_id AND status = 'running' AND lease_token = :token
         RETURNING id, session_id, position
     ),
+    hooked AS ({end_delivery_sql("done")}),
     stored AS (
         INSERT INTO chat_messages (session_id, turn_id, position, role, content, tool_calls, tool_call_id, citations)
         SELECT done.session_id, done.id, done.position * :stride + m.offset, m.role, m.content,
@@ -165,15 +191,28 @@ RECORD_STOPS = text(
 ).bindparams(bindparam("turn_ids", type_=ARRAY(Uuid)))
 
 
+FINISH_DELIVERY = text(
+    f"""
+    -- `finish_turn`'s, after its update in the same transaction.
+    WITH ended AS (SELECT CAST(:turn_id AS uuid) AS id)
+    {end_delivery_sql("ended")}
+    """
+)
+
+
 CANCEL = text(
     f"""
     -- A queued or paused turn ends now; a running one is asked to stop (its worker ends it, `finish_turn`).
-    UPDATE turns
-    SET cancel_requested = true,
-        status = CASE WHEN status IN ('queued', 'awaiting_approval') THEN 'cancelled' ELSE status END,
-        finished_at = CASE WHEN status IN ('queued', 'awaiting_approval') THEN now() ELSE finished_at END
-    WHERE id = ANY(:turn_ids) AND status {UNFINISHED_SQL}
-    RETURNING id, status
+    WITH changed AS (
+        UPDATE turns
+        SET cancel_requested = true,
+            status = CASE WHEN status IN ('queued', 'awaiting_approval') THEN 'cancelled' ELSE status END,
+            finished_at = CASE WHEN status IN ('queued', 'awaiting_approval') THEN now() ELSE finished_at END
+        WHERE id = ANY(:turn_ids) AND status {UNFINISHED_SQL}
+        RETURNING id, status
+    ),
+    hooked AS ({end_delivery_sql("changed", where="e.status = 'cancelled'")})
+    SELECT id, status FROM changed
     """  # noqa: S608 (composed of constant SQL)
 ).bindparams(bindparam("turn_ids", type_=ARRAY(Uuid)))
 
@@ -182,10 +221,14 @@ CANCEL_AT_CLAIM = text(
     f"""
     -- A claim found a cancel pending on a queued turn (asked while it ran; its worker stopped and
     -- the turn was taken over): it ends cancelled instead of running.
-    UPDATE turns t
-    SET status = 'cancelled', finished_at = clock_timestamp(), lease_token = NULL, lease_expires_at = NULL
-    WHERE t.id = :turn_id AND t.status = 'queued' AND t.cancel_requested AND {runs_next_sql("t")}
-    RETURNING t.attempts
+    WITH done AS (
+        UPDATE turns t
+        SET status = 'cancelled', finished_at = clock_timestamp(), lease_token = NULL, lease_expires_at = NULL
+        WHERE t.id = :turn_id AND t.status = 'queued' AND t.cancel_requested AND {runs_next_sql("t")}
+        RETURNING t.id, t.attempts
+    ),
+    hooked AS ({end_delivery_sql("done")})
+    SELECT attempts FROM done
     """  # noqa: S608 (composed of constant SQL)
 )
 
@@ -194,13 +237,17 @@ POISON_AT_CLAIM = text(
     f"""
     -- A claim found a poison turn (`worker.store.turns.poison_reason`, given as :error for the counts
     -- it was decided on): it ends failed instead of running.
-    UPDATE turns t
-    SET status = 'failed', error = :error, finished_at = clock_timestamp(), lease_token = NULL,
-        lease_expires_at = NULL
-    WHERE t.id = :turn_id AND t.status = 'queued' AND NOT t.cancel_requested AND {runs_next_sql("t")}
-      AND {poison_sql("t")}
-      AND t.deliveries = :deliveries AND t.lone_crashes = :lone_crashes AND cardinality(t.crash_hosts) = :hosts
-    RETURNING t.attempts
+    WITH done AS (
+        UPDATE turns t
+        SET status = 'failed', error = :error, finished_at = clock_timestamp(), lease_token = NULL,
+            lease_expires_at = NULL
+        WHERE t.id = :turn_id AND t.status = 'queued' AND NOT t.cancel_requested AND {runs_next_sql("t")}
+          AND {poison_sql("t")}
+          AND t.deliveries = :deliveries AND t.lone_crashes = :lone_crashes AND cardinality(t.crash_hosts) = :hosts
+        RETURNING t.id, t.attempts
+    ),
+    hooked AS ({end_delivery_sql("done")})
+    SELECT attempts FROM done
     """  # noqa: S608 (composed of constant SQL)
 )
 
@@ -242,20 +289,24 @@ RELEASE = text(
 
 
 PAUSE = text(
-    """
+    f"""
     -- A running turn whose tool calls wait for a person (`handlers.approvals`): it keeps its place in
     -- the session but gives up its lease, its attempt (the invocation neither failed nor finished)
     -- and its crash counts. A cancel asked while it ran ends it instead.
-    UPDATE turns t
-    SET status = CASE WHEN t.cancel_requested THEN 'cancelled' ELSE 'awaiting_approval' END,
-        approval_until = CASE WHEN t.cancel_requested THEN NULL
-                              ELSE clock_timestamp() + make_interval(secs => :seconds) END,
-        finished_at = CASE WHEN t.cancel_requested THEN clock_timestamp() ELSE t.finished_at END,
-        lease_token = NULL, lease_expires_at = NULL, attempts = t.attempts - 1,
-        deliveries = 0, lone_crashes = 0, crash_hosts = '{}'
-    WHERE t.id = :turn_id AND t.status = 'running' AND t.lease_token = :token
-    RETURNING t.status, CAST(extract(epoch FROM t.approval_until) AS float8) AS until
-    """
+    WITH done AS (
+        UPDATE turns t
+        SET status = CASE WHEN t.cancel_requested THEN 'cancelled' ELSE 'awaiting_approval' END,
+            approval_until = CASE WHEN t.cancel_requested THEN NULL
+                                  ELSE clock_timestamp() + make_interval(secs => :seconds) END,
+            finished_at = CASE WHEN t.cancel_requested THEN clock_timestamp() ELSE t.finished_at END,
+            lease_token = NULL, lease_expires_at = NULL, attempts = t.attempts - 1,
+            deliveries = 0, lone_crashes = 0, crash_hosts = '{{}}'
+        WHERE t.id = :turn_id AND t.status = 'running' AND t.lease_token = :token
+        RETURNING t.id, t.status, CAST(extract(epoch FROM t.approval_until) AS float8) AS until
+    ),
+    hooked AS ({end_delivery_sql("done", where="e.status = 'cancelled'")})
+    SELECT status, until FROM done
+    """  # noqa: S608 (composed of constant SQL)
 )
 
 

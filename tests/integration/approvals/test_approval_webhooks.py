@@ -16,18 +16,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text, update
 
 from models.db import session_scope
 from models.tables import WebhookDelivery
 from tests.integration.approvals.conftest import APPROVED
 from tests.support.effects import lines
 from tests.support.env import environ
-from tests.support.inprocess import InProcessWorker
+from tests.support.inprocess import InProcessWorker, build_runtime
 from tests.support.receiver import Received, Receiver
 from tests.support.turns import replay_events, wait_for_status, wait_for_turn
 from worker.producer import create_session, decide_tool_call, pending_approvals, submit_turn
 from worker.queries import turn_report
+from worker.runtime.recovery.sweeper import sweep_once
 
 SECRET = "whsec-approvals-test-only-0123"
 FRAMEWORKS = ("plain_openai", "langgraph")
@@ -150,6 +151,34 @@ def test_a_failing_receiver_gets_the_pause_again_with_the_same_id_and_bytes(
     assert len({r.body for r in got}) == 1
     for received in got:
         _verify(received)
+
+
+@pytest.mark.timeout(60)
+def test_a_pause_whose_message_was_never_sent_is_delivered_by_the_sweep(
+    in_process: InProcessWorker, receiver: Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The process that paused the turn died right after the pause's commit, before sending the message.
+    monkeypatch.setattr("worker.runtime.delivery.paused.send_delivery", lambda *_, **__: None)
+    url = receiver.answer("/lost")
+    turn_id = _submit("plain_openai", tmp_path / "out.txt", webhook=url)
+    _waiting_call(turn_id)
+    in_process.wait_idle()
+    [row] = _deliveries(turn_id)
+    assert (row.event.value, row.status.value, row.attempts) == ("awaiting_approval", "pending", 0)
+    assert receiver.received("/lost") == []
+    with session_scope() as db:  # due for a minute (CHATQ_REQUEUE_GRACE is 3 s here): its message is lost
+        db.execute(
+            update(WebhookDelivery)
+            .where(WebhookDelivery.id == row.id)
+            .values(next_attempt_at=text("now() - interval '60 seconds'"))
+        )
+    assert sweep_once(build_runtime()).webhooks >= 1
+    [got] = receiver.wait_for(1, "/lost")
+    [done] = _wait_delivered(turn_id, 1)
+    assert got.headers["x-chatq-delivery"] == str(row.id) and done.attempts == 1
+    assert got.headers["x-chatq-event"] == "turn.awaiting_approval"
+    assert got.body.decode() == row.body
+    _verify(got)
 
 
 @pytest.mark.timeout(60)

@@ -73,7 +73,7 @@ def _send_pause_delivery(claim: claims.Claim, delivery_id: uuid.UUID) -> None:
     """Send the task message of the webhook delivery the pause recorded; the pause stands if that fails."""
     try:
         send_delivery(delivery_id)
-    except Exception as exc:  # the row is pending in Postgres; only this message is lost
+    except Exception as exc:  # the row is pending in Postgres: the sweep sends it (`worker.runtime.webhooks.recovery`)
         log.warning("turn %s: could not queue its pause's webhook delivery: %s", claim.turn_id, mask_secrets(str(exc)))
         return
     log.info("turn %s: webhook delivery %s (awaiting approval) queued", claim.turn_id, delivery_id)

@@ -8,7 +8,8 @@ by a worker that stopped before running it counts as lost), and `running` turns 
 out (their worker died). Both are sent again; the claim
 decides who runs them, and a turn whose workers keep dying is failed there (CHATQ_MAX_DELIVERIES).
 It also publishes the terminal event of a turn that ended but whose publisher died before sending
-it (`repair_terminal_events`).
+it (`repair_terminal_events`), and sends again the webhook deliveries whose task message was lost
+(`worker.runtime.webhooks.recovery`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from worker.markers import still_waiting
 from worker.runtime.intake import bindings
 from worker.runtime.observers.hook_points import SweepRepaired, SweepResent
 from worker.runtime.recovery import terminal_repair
+from worker.runtime.webhooks.recovery import resend_lost_deliveries
 from worker.store import approvals, claims
 from worker.store.turns import NextTurn, runs_next
 
@@ -58,6 +60,8 @@ class SweepReport:
     """Ended turns whose missing terminal event was published (`repair_terminal_events`)."""
     timed_out: int = 0
     """Paused turns whose approval deadline passed: their calls denied "timed out", the turns sent again."""
+    webhooks: int = 0
+    """Webhook deliveries whose task message was lost, sent again."""
 
     def as_dict(self) -> dict[str, int]:
         """JSON form for the task result and logs."""
@@ -67,6 +71,7 @@ class SweepReport:
             "purged": self.purged,
             "repaired": self.repaired,
             "timed_out": self.timed_out,
+            "webhooks": self.webhooks,
         }
 
 
@@ -106,6 +111,7 @@ def sweep_once(runtime: Runtime) -> SweepReport:
         purged=purge_expired(settings),
         repaired=repaired,
         timed_out=time_out_approvals(runtime),
+        webhooks=resend_lost_deliveries(runtime),
     )
 
 

@@ -1,22 +1,27 @@
 """Webhooks: when a turn with a webhook pauses for approval or ends, chatq POSTs it there, at least once, signed.
 
-The lifecycle hook `WebhookHooks` (`worker.runtime.observers.observers.default_hooks`) schedules a delivery
-when a turn ends succeeded, failed or cancelled (the producer does for a turn cancelled while
-queued, which no worker sees end): one `webhook_deliveries` row (event `ended`; its id is the
-delivery id, `X-Chatq-Delivery`, and the Celery task id) and one `chatq.deliver_webhook` message
-on the `chatq.webhooks` queue. Scheduling is one insert and one publish; the POST itself never
-runs on a turn's thread. A turn that pauses for approval also gets a row per pause (event
-`awaiting_approval`, its body written with the pause: `worker.store.approvals.pause_turn`), sent
-the same way by `worker.runtime.delivery.paused`; `ordinal` numbers a turn's rows in order.
+Every delivery is a `webhook_deliveries` row recorded in the transaction that pauses or ends the
+turn (event `awaiting_approval`: `worker.store.approvals.pause_turn`; event `ended`:
+`worker.store.transition_sql.end_delivery_sql`, in every transition that ends one, a queued turn
+cancelled included). Its id is the delivery id (`X-Chatq-Delivery`) and the Celery task id of its
+`chatq.deliver_webhook` messages on the `chatq.webhooks` queue; `ordinal` numbers a turn's rows in
+order. After the commit the message is sent: by the lifecycle hook `WebhookHooks`
+(`worker.runtime.observers.observers.default_hooks`) for an end a worker saw, by the producer for a
+turn cancelled while queued, by `worker.runtime.delivery.paused` for a pause. A message that was
+never sent or was lost is sent again by the sweep (`worker.runtime.webhooks.recovery`).
 
-`deliver` is one attempt, called by the task: an `ended` body is fixed at the first attempt (the turn as
-`GET /turns/{id}` returns it, without its own `webhook` entry), the host resolved and checked
-(`worker.webhook_urls`), the request signed and sent (`worker.runtime.webhooks.webhook_http`), and the
-answer recorded on the row (attempts, last status code, last error). Anything but a 2xx is retried
-on the policy's back-off (`RetryPolicy.after_webhook_attempt`, about an hour); a refused address
-fails at once. A worker process sends at most `CHATQ_WEBHOOK_CONCURRENCY` deliveries at a time
-(a full process answers "busy" and the task comes back a second later), so slow receivers never
-occupy more than that many of the threads that run turns.
+`deliver` is one attempt, called by the task. It first takes the row for the attempt, in one
+conditional statement: still `pending` and due (`next_attempt_at`), which it moves ahead by the
+attempt's time limit, so a copy of the message (the sweep's, a late one) finds it not due and does
+nothing: one attempt at a time, one chain of retries. Then an `ended` body is fixed at the first
+attempt (the turn as `GET /turns/{id}` returns it, without its own `webhook` entry), the host
+resolved and checked (`worker.webhook_urls`), the request signed and sent
+(`worker.runtime.webhooks.webhook_http`), and the answer recorded on the row (attempts, last status
+code, last error, when the next attempt is due) if the row is still this attempt's. Anything but a
+2xx is retried on the policy's back-off (`RetryPolicy.after_webhook_attempt`, about an hour); a
+refused address fails at once. A worker process sends at most `CHATQ_WEBHOOK_CONCURRENCY`
+deliveries at a time (a full process answers "busy" and the task comes back a second later), so
+slow receivers never occupy more than that many of the threads that run turns.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -40,7 +46,7 @@ from chatq.settings import mask_secrets
 from models.db import session_scope
 from models.tables import DeliveryEvent, DeliveryStatus
 from worker.dispatch import WEBHOOK_TASK_NAME as TASK_NAME
-from worker.dispatch import schedule_delivery
+from worker.dispatch import send_end_delivery
 from worker.errors import TurnNotFound, WebhookRefused
 from worker.payload import WEBHOOK_QUEUE
 from worker.runtime.observers import hooks
@@ -59,7 +65,7 @@ __all__ = [
     "DeliveryOutcome",
     "WebhookHooks",
     "deliver",
-    "schedule_delivery",
+    "send_end_delivery",
 ]
 
 log = logging.getLogger(__name__)
@@ -67,21 +73,36 @@ log = logging.getLogger(__name__)
 BUSY_DELAY = 1.0
 """Seconds before a delivery that found its process's delivery slots full comes back."""
 
-_LOAD = text(
+DUE_SLACK = 1.0
+"""Seconds early a message may come for its attempt (its countdown is timed by the worker's clock,
+`next_attempt_at` by Postgres's); a copy sent while an attempt was under way comes later than this."""
+HOLD_MARGIN = 2.0
+"""Seconds an attempt holds its row beyond its time limit (`CHATQ_WEBHOOK_TIMEOUT`): its queries
+around the POST. More than `DUE_SLACK`, so no copy of the message takes the row while it runs."""
+
+_TAKE = text(
     """
-    SELECT d.turn_id, d.event, d.url, d.status, d.body, d.attempts, t.status AS turn_status,
-           extract(epoch FROM now() - d.created_at) AS age
-    FROM webhook_deliveries d JOIN turns t ON t.id = d.turn_id
-    WHERE d.id = :id
+    -- This attempt's, if the delivery is pending and due: held until its time is up.
+    UPDATE webhook_deliveries d
+    SET next_attempt_at = clock_timestamp() + make_interval(secs => :hold)
+    FROM turns t
+    WHERE d.id = :id AND t.id = d.turn_id AND d.status = 'pending'
+      AND d.next_attempt_at <= clock_timestamp() + make_interval(secs => :slack)
+    RETURNING d.turn_id, d.event, d.url, d.body, d.attempts, t.status AS turn_status, d.next_attempt_at AS held_until,
+              extract(epoch FROM clock_timestamp() - d.created_at) AS age
     """
 )
 _FIX_BODY = text("UPDATE webhook_deliveries SET body = coalesce(body, :body) WHERE id = :id RETURNING body")
 _RECORD = text(
     """
+    -- Only while the row is still this attempt's (another attempt took it once its time was up).
     UPDATE webhook_deliveries
     SET attempts = attempts + :posted, status = :status, last_status_code = :code, last_error = :error,
-        last_attempt_at = now(), delivered_at = CASE WHEN CAST(:status AS varchar) = 'delivered' THEN now() END
-    WHERE id = :id AND status = 'pending'
+        last_attempt_at = now(), delivered_at = CASE WHEN CAST(:status AS varchar) = 'delivered' THEN now() END,
+        next_attempt_at = CASE WHEN CAST(:status AS varchar) = 'pending'
+                               THEN clock_timestamp() + make_interval(secs => :delay) ELSE next_attempt_at END
+    WHERE id = :id AND status = 'pending' AND next_attempt_at = :held_until
+    RETURNING id
     """
 )
 
@@ -95,7 +116,8 @@ class DeliveryOutcome(enum.StrEnum):
     BUSY = "busy"
     """This process already sends `CHATQ_WEBHOOK_CONCURRENCY` deliveries; try again shortly."""
     DONE = "done"
-    """Nothing to do: delivered or given up already (a duplicate message), or the turn was deleted."""
+    """Nothing to do: delivered or given up already, not due (a copy of the message while another
+    runs or waits), or the turn was deleted."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,10 +144,13 @@ def deliver(delivery_id: uuid.UUID, *, runtime: Runtime) -> Attempted:
 
 def _attempt(delivery_id: uuid.UUID, runtime: Runtime) -> Attempted:
     settings, engine = runtime.settings, runtime.engine
+    hold = settings.webhook_timeout + HOLD_MARGIN
     with session_scope(engine) as db:
-        row = db.execute(_LOAD, {"id": delivery_id}).one_or_none()
-    if row is None or row.status != DeliveryStatus.PENDING.value:
+        row = db.execute(_TAKE, {"id": delivery_id, "hold": hold, "slack": DUE_SLACK}).one_or_none()
+    if row is None:  # delivered, failed, deleted, or not due: another copy of the message has it
+        log.debug("webhook delivery %s: nothing due", delivery_id)
         return Attempted(outcome=DeliveryOutcome.DONE)
+    taken = _Taken(delivery_id=delivery_id, held_until=row.held_until)
     try:
         body = (row.body or _fix_body(engine, delivery_id, row.turn_id)).encode("utf-8")
     except TurnNotFound:  # its session was deleted in between (the delivery went with it)
@@ -137,7 +162,7 @@ def _attempt(delivery_id: uuid.UUID, runtime: Runtime) -> Attempted:
         target = resolve_target(row.url, allow_private=settings.webhook_allow_private)
     except WebhookRefused as exc:
         answer = Answer(status_code=None, error=exc.message)
-        _record(engine, delivery_id, DeliveryStatus.FAILED, answer, posted=False)  # `attempts` counts POSTs: none made
+        _record(engine, taken, DeliveryStatus.FAILED, answer, posted=False)  # `attempts` counts POSTs: none made
         runtime.hooks.webhook_attempt(WebhookAttempt(outcome="refused", seconds=None))
         log.warning("turn %s: webhook delivery %s refused: %s", row.turn_id, delivery_id, exc.message)
         return Attempted(outcome=DeliveryOutcome.FAILED, error=exc.message)
@@ -153,13 +178,13 @@ def _attempt(delivery_id: uuid.UUID, runtime: Runtime) -> Attempted:
     answer = post(target, body, headers, timeout=settings.webhook_timeout)
     seconds = time.monotonic() - started
     if answer.delivered:
-        _record(engine, delivery_id, DeliveryStatus.DELIVERED, answer)
+        _record(engine, taken, DeliveryStatus.DELIVERED, answer)
         runtime.hooks.webhook_attempt(WebhookAttempt(outcome=DeliveryOutcome.DELIVERED.value, seconds=seconds))
         log.info("turn %s: webhook delivery %s to %s: HTTP %s", row.turn_id, delivery_id, host, answer.status_code)
         return Attempted(outcome=DeliveryOutcome.DELIVERED, status_code=answer.status_code)
     decision = runtime.retry.after_webhook_attempt(attempt, float(row.age) + seconds)
     status = DeliveryStatus.PENDING if decision.retry else DeliveryStatus.FAILED
-    _record(engine, delivery_id, status, answer)
+    kept = _record(engine, taken, status, answer, delay=decision.delay)
     outcome = DeliveryOutcome.RETRY if decision.retry else DeliveryOutcome.FAILED
     runtime.hooks.webhook_attempt(WebhookAttempt(outcome=outcome.value, seconds=seconds))
     log.warning(
@@ -171,12 +196,24 @@ def _attempt(delivery_id: uuid.UUID, runtime: Runtime) -> Attempted:
         mask_secrets(answer.error or ""),
         f"retry in {decision.delay:g} s" if decision.retry else "giving up",
     )
+    if not kept:  # another attempt took the row meanwhile: its chain goes on, not this one
+        return Attempted(outcome=DeliveryOutcome.DONE, status_code=answer.status_code, error=answer.error)
     return Attempted(
         outcome=outcome,
         retry_after=decision.delay if decision.retry else None,
         status_code=answer.status_code,
         error=answer.error,
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Taken:
+    """A delivery row an attempt took (`_TAKE`)."""
+
+    delivery_id: uuid.UUID
+    """The delivery."""
+    held_until: datetime
+    """Its `next_attempt_at` as the take set it: the row is still this attempt's while it holds that."""
 
 
 def _fix_body(engine: Engine, delivery_id: uuid.UUID, turn_id: uuid.UUID) -> str:
@@ -191,11 +228,26 @@ def _fix_body(engine: Engine, delivery_id: uuid.UUID, turn_id: uuid.UUID) -> str
 
 
 def _record(
-    engine: Engine, delivery_id: uuid.UUID, status: DeliveryStatus, answer: Answer, *, posted: bool = True
-) -> None:
-    values = {"id": delivery_id, "status": status.value, "code": answer.status_code, "error": answer.error}
+    engine: Engine,
+    taken: _Taken,
+    status: DeliveryStatus,
+    answer: Answer,
+    *,
+    posted: bool = True,
+    delay: float = 0.0,
+) -> bool:
+    """Record an attempt's answer on its row; False if the row is no longer this attempt's."""
+    values = {
+        "id": taken.delivery_id,
+        "held_until": taken.held_until,
+        "status": status.value,
+        "code": answer.status_code,
+        "error": answer.error,
+        "delay": max(delay, 0.0),
+    }
     with session_scope(engine) as db:
-        db.execute(_RECORD, {**values, "posted": int(posted)})
+        kept = db.execute(_RECORD, {**values, "posted": int(posted)})
+        return kept.first() is not None
 
 
 _slots: dict[int, threading.BoundedSemaphore] = {}
@@ -221,7 +273,8 @@ def delivery_slot(concurrency: int) -> Iterator[bool]:
 
 
 class WebhookHooks(hooks.TurnHooks):
-    """Schedules the webhook delivery of every turn that ends with one (the claim says which have one)."""
+    """Sends the webhook delivery of every turn that ends with one, which its end recorded (the
+    claim says which have one)."""
 
     def __init__(self, engine: Callable[[], Engine]) -> None:
         self._engine = engine
@@ -239,4 +292,4 @@ class WebhookHooks(hooks.TurnHooks):
     def _ended(self, turn: hooks.Facts) -> None:
         # None: the delivery ran no attempt (the turn ended at its claim), so ask Postgres.
         if turn.has_webhook is not False:
-            schedule_delivery(turn.turn_id, engine=self._engine())
+            send_end_delivery(turn.turn_id, engine=self._engine())
