@@ -531,3 +531,6 @@ class WebhookDelivery(Base):
     """While pending: when its next attempt is due (its creation, then each failed attempt's back-off);
     an attempt under way holds it ahead by the attempt's time limit. A row due for longer than
     CHATQ_REQUEUE_GRACE has lost its task message: the sweep sends it again."""
+    resends: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    """How often the sweep sent its message again; the next re-send waits CHATQ_REQUEUE_GRACE times
+    2 to that power (at most 20 graces), so copies do not pile up while no worker takes them."""

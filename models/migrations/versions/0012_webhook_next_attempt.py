@@ -6,7 +6,9 @@ attempt under way holds it ahead by the attempt's time limit): the sweep sends a
 due for longer than CHATQ_REQUEUE_GRACE, whose message was lost (docs/contract.md, "Webhooks").
 The partial index of pending deliveries is on it instead of `created_at`. Rows pending now are
 due now: the sweep sends them again once the grace has passed, and a copy whose message was not
-lost finds its attempt already taken and does nothing.
+lost finds its attempt already taken and does nothing. `resends` counts the sweep's re-sends of a
+row: each waits twice as long as the one before (up to 20 graces), so a queue no worker takes from
+for hours gathers a few copies per row, not one per grace.
 
 Revision ID: 0012
 Revises: 0011
@@ -31,6 +33,10 @@ def upgrade() -> None:
         "webhook_deliveries",
         sa.Column("next_attempt_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
     )
+    op.add_column(
+        "webhook_deliveries",
+        sa.Column("resends", sa.Integer(), server_default=sa.text("0"), nullable=False),
+    )
     op.drop_index(
         "ix_webhook_deliveries_pending", table_name="webhook_deliveries", postgresql_where=sa.text("status = 'pending'")
     )
@@ -52,4 +58,5 @@ def downgrade() -> None:
         ["created_at"],
         postgresql_where=sa.text("status = 'pending'"),
     )
+    op.drop_column("webhook_deliveries", "resends")
     op.drop_column("webhook_deliveries", "next_attempt_at")

@@ -171,3 +171,38 @@ def test_a_delivered_row_is_not_sent_again_and_a_row_not_due_is_not_attempted(
         )
     assert deliver(other.id, runtime=runtime).outcome is DeliveryOutcome.DONE
     assert receiver.received("/later") == []
+
+
+def _due_for(delivery_id: uuid.UUID, seconds: float) -> None:
+    with session_scope() as db:
+        db.execute(
+            update(WebhookDelivery)
+            .where(WebhookDelivery.id == delivery_id)
+            .values(next_attempt_at=text("now() - make_interval(secs => :s)").bindparams(s=seconds))
+        )
+
+
+def test_resends_no_worker_takes_wait_twice_as_long_each_time_and_a_taken_one_starts_over(
+    receiver: Receiver, settings_here: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    row = _cancelled_unsent(receiver.answer("/backoff"), monkeypatch)
+    runtime = build_runtime()
+    grace = float(GRACE)
+
+    def resent_when_due_for(seconds: float) -> bool:
+        _due_for(row.id, seconds)
+        return row.id in {i for i, _ in take_lost_deliveries(runtime)}
+
+    # The messages the sweep sends sit in a queue no worker takes from: each re-send waits longer.
+    assert resent_when_due_for(grace + 1)  # the first: after one grace
+    assert not resent_when_due_for(grace + 1) and resent_when_due_for(2 * grace + 1)  # then two
+    assert not resent_when_due_for(2 * grace + 1) and resent_when_due_for(4 * grace + 1)  # then four
+    assert _rows(row.turn_id)[0].resends == 3
+    # Up to twenty graces, never more.
+    with session_scope() as db:
+        db.execute(update(WebhookDelivery).where(WebhookDelivery.id == row.id).values(resends=30))
+    assert not resent_when_due_for(20 * grace - 1) and resent_when_due_for(20 * grace + 1)
+    # A worker takes one of the messages: the delivery is made and the count is gone with the attempt.
+    assert deliver(row.id, runtime=runtime).outcome is DeliveryOutcome.DELIVERED
+    assert _rows(row.turn_id)[0].resends == 0
+    assert len(receiver.received("/backoff")) == 1

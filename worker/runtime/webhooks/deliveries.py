@@ -82,9 +82,10 @@ around the POST. More than `DUE_SLACK`, so no copy of the message takes the row 
 
 _TAKE = text(
     """
-    -- This attempt's, if the delivery is pending and due: held until its time is up.
+    -- This attempt's, if the delivery is pending and due: held until its time is up. A message was
+    -- taken, so the sweep's back-off between re-sends starts over.
     UPDATE webhook_deliveries d
-    SET next_attempt_at = clock_timestamp() + make_interval(secs => :hold)
+    SET next_attempt_at = clock_timestamp() + make_interval(secs => :hold), resends = 0
     FROM turns t
     WHERE d.id = :id AND t.id = d.turn_id AND d.status = 'pending'
       AND d.next_attempt_at <= clock_timestamp() + make_interval(secs => :slack)

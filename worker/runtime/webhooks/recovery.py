@@ -4,7 +4,9 @@ A delivery row is committed with the pause or end of its turn and its message se
 commit, so a process killed in between (or a Redis that lost the message, or a worker killed
 mid-attempt) leaves a `pending` row that no message will attempt. Such a row is due
 (`next_attempt_at`) and stays so: a live chain of attempts moves it ahead at each attempt. The
-sweep takes the rows due for longer than CHATQ_REQUEUE_GRACE, each in one conditional statement
+sweep takes the rows due for longer than CHATQ_REQUEUE_GRACE (twice that after one re-send, four
+times after two, at most twenty: the sweep cannot tell a lost message from one waiting in a queue
+no worker takes from, and must not pile copies there), each in one conditional statement
 that makes it due now (so another sweep, which needs it due for the grace, leaves it), and sends
 their messages. A copy of a message that was only late finds the row taken by whichever attempt
 came first and does nothing (`worker.runtime.webhooks.deliveries`).
@@ -34,18 +36,21 @@ SWEEP_LIMIT = 200
 
 _TAKE_LOST = text(
     """
-    -- Due for longer than the grace: no message will attempt them. Due now again, for the message
-    -- sent next; rows another sweep holds are skipped, and re-checked when locked.
+    -- Due for longer than the grace (doubled at each re-send, at most 20 graces): no message will
+    -- attempt them. Due now again, for the message sent next; rows another sweep holds are skipped,
+    -- and re-checked when locked.
     UPDATE webhook_deliveries d
-    SET next_attempt_at = clock_timestamp()
+    SET next_attempt_at = clock_timestamp(), resends = d.resends + 1
     WHERE d.id IN (
         SELECT id FROM webhook_deliveries
-        WHERE status = 'pending' AND next_attempt_at < clock_timestamp() - make_interval(secs => :grace)
+        WHERE status = 'pending'
+          AND next_attempt_at < clock_timestamp() - make_interval(secs => :grace * least(power(2, resends), 20))
         ORDER BY next_attempt_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
     )
-      AND d.status = 'pending' AND d.next_attempt_at < clock_timestamp() - make_interval(secs => :grace)
+      AND d.status = 'pending'
+      AND d.next_attempt_at < clock_timestamp() - make_interval(secs => :grace * least(power(2, d.resends), 20))
     RETURNING d.id, d.turn_id
     """
 )
