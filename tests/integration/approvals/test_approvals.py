@@ -149,8 +149,13 @@ def test_a_paused_turn_holds_its_sessions_place_counts_as_busy_and_can_be_cancel
     time.sleep(1.0)
     wait_for_status(later, "queued")  # waits behind the paused turn, as behind a running one
     wait_for_status(paused, "awaiting_approval")
+    [waiting] = [p for p in pending_approvals() if p["turn_id"] == str(paused)]
     assert cancel_turn(paused).status.value == "cancelled"
     assert wait_for_turn(later).status.value == "succeeded"
+    # A decision that comes after the cancel is a conflict and runs nothing.
+    with pytest.raises(ApprovalConflict):
+        decide_tool_call(paused, waiting["calls"][0]["id"], approve=True)
+    assert wait_for_turn(paused).status.value == "cancelled"
     assert lines(tmp_path / "x") == []
 
 
