@@ -31,7 +31,7 @@ OPTIONAL = ("peer", "processes", "provider_limits", "durability", "approvals")
 and without kill -9 of workers); `approvals` is a decision -> the resumed turn's first model request
 against a fresh submit's (issue 29)."""
 TIME_LIMIT = {
-    "peer": 1500,
+    "peer": 7200,
     "processes": 900,
     "provider_limits": 1500,
     "durability": 1800,

@@ -50,6 +50,8 @@ class Block:
     baseline_label: str = ""
     details: dict[str, Any] = field(default_factory=dict)
     higher_is_better: bool = False
+    withheld: str = ""
+    """When set (e.g. `NOT PUBLISHABLE (load 2.31)`), the figure is not to be published: this is its verdict."""
 
     @property
     def ratio(self) -> float:
@@ -59,6 +61,8 @@ class Block:
 
     @property
     def verdict(self) -> str:
+        if self.withheld:
+            return self.withheld
         if self.limit is None:
             return "info"
         if self.higher_is_better:
