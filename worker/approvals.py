@@ -63,7 +63,7 @@ def _check_args(call: PendingCall, decision: Decision) -> Decision:
         return decision
     from handlers import framework_names
     from handlers.errors import UnknownTool
-    from handlers.tools import get_tool
+    from handlers.tool_registry import get_tool
 
     framework_names()  # imports CHATQ_PLUGINS, whose tools register themselves
     try:
