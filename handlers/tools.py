@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from chatq.settings import mask_secrets
+from chatq.masking import mask_secrets
 from chatq.text import clean_text
 from handlers import approvals
 from handlers.approvals import UNAVAILABLE, denied_result, needs_approval

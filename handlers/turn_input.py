@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatq.errors import ConfigError
-from chatq.settings import mask_secrets
+from chatq.masking import mask_secrets
 from handlers.context import ToolContext
 from handlers.deadline import Deadline
 from handlers.errors import AgentInvocationError, HandlerError

@@ -17,7 +17,7 @@ from typing import Any
 
 from redis import RedisError
 
-from chatq.settings import mask_secrets
+from chatq.masking import mask_secrets
 from handlers.approvals import Decision, PendingCall, args_problem
 from models.db import get_engine
 from worker.dispatch import send_next

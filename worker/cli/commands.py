@@ -169,7 +169,7 @@ PASSTHROUGH: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
 
 def _explain(exc: BaseException) -> str:
     """One line for an error, with any password masked."""
-    from chatq.settings import mask_secrets
+    from chatq.masking import mask_secrets
 
     if isinstance(exc, ChatqError):
         return mask_secrets(exc.message)
