@@ -3,7 +3,10 @@
 `get_settings()` parses the environment once per process (a `chatq.per_process` value, which
 `reset_settings()` forgets) and validates it, so a bad value stops a worker or a CLI call at start-up
 with one clear line instead of failing a turn later. The gateway's four (`GatewayVariables`) are
-parsed by `load_gateway_variables()` when `chatq serve` starts, so a bad one stops the gateway only.
+parsed by `load_gateway_variables()` when `chatq serve` starts, so a bad one stops the gateway only
+(`chatq.gateway_variables`). Each value is read by a parser of `chatq.env_values`; secrets are
+masked in text by `chatq.masking` (`mask_secrets`, re-exported here for the modules that import it
+from here).
 What is parsed is the environment as `chatq.envfile.resolved_environ` leaves it: the process
 environment, with what it leaves unset filled from `.env` and `.local/services.env` in the current
 directory, so every entry point (the CLI, the Python API, `celery -A worker`, the gateway, Flower)
@@ -15,32 +18,45 @@ and hands to Flower. README's Configuration section lists every one;
 
 from __future__ import annotations
 
-import functools
-import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
+from chatq.env_values import (
+    env_address,
+    env_choice,
+    env_float,
+    env_int,
+    env_modules,
+    env_names,
+    env_optional_float,
+    env_port,
+    env_switch,
+    env_url,
+)
 from chatq.envfile import resolved_environ
 from chatq.errors import ConfigError
+from chatq.masking import mask_secrets, mask_url
 from chatq.model_limits import ModelLimit, parse_model_limits
 from chatq.per_process import PerProcess
+
+__all__ = [
+    "DEFAULT_DATABASE_URL",
+    "DEFAULT_OPENAI_MODEL",
+    "DEFAULT_REDIS_URL",
+    "ECHO_MODEL",
+    "Settings",
+    "get_settings",
+    "load_settings",
+    "mask_secrets",
+    "openai_model_unavailable",
+    "reset_settings",
+]
 
 DEFAULT_DATABASE_URL = "postgresql+psycopg://postgres@localhost:5432/chatq"
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 ECHO_MODEL = "echo"
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
-
-
-@dataclass(frozen=True, kw_only=True)
-class TenantToken:
-    """One entry of `CHATQ_API_TOKENS`: a gateway token that sees only its tenant's sessions."""
-
-    tenant: str
-    """The tenant's name (stored on the sessions its token creates)."""
-    token: str = field(repr=False)
-    """The bearer token; never logged."""
 
 
 def openai_model_unavailable(model: str, *, api_key: str | None, base_url: str | None) -> str | None:
@@ -169,125 +185,6 @@ class Settings:
         return mask_url(self.database_url)
 
 
-def mask_url(url: str) -> str:
-    """Replace the password of a URL with `***` so the URL can be logged."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-
-
-_SECRET_IN_URL = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]+)@")
-
-SECRET_VARIABLES = (
-    "OPENAI_API_KEY",
-    "CHATQ_API_TOKEN",
-    "CHATQ_API_TOKENS",
-    "FLOWER_BASIC_AUTH",
-    "DATABASE_URL",
-    "REDIS_URL",
-    "OPENAI_BASE_URL",
-    "CHATQ_WEBHOOK_SECRET",
-)
-"""Variables holding secrets (or URLs with passwords) whose values `mask_secrets` hides wherever they appear."""
-
-MIN_MASKED_CHARS = 4
-"""Shorter secret values are not searched for: they would mask ordinary words and protect nothing."""
-
-
-def secret_values(env: Mapping[str, str]) -> tuple[str, ...]:
-    """The secret values configured in `env`: the API key, gateway tokens, Flower and URL passwords."""
-    values: list[str] = []
-    for name in ("OPENAI_API_KEY", "CHATQ_API_TOKEN", "CHATQ_WEBHOOK_SECRET"):
-        values.extend(part.strip() for part in (env.get(name) or "").split(","))
-    for name in ("FLOWER_BASIC_AUTH", "CHATQ_API_TOKENS"):  # user:password, tenant:token
-        for entry in (env.get(name) or "").split(","):
-            values.append(entry.partition(":")[2].strip())
-    for name in ("DATABASE_URL", "REDIS_URL", "OPENAI_BASE_URL"):
-        try:
-            password = urlsplit((env.get(name) or "").strip()).password
-        except ValueError:
-            continue
-        if password:
-            values.extend((password, unquote(password)))
-    return tuple(sorted({v for v in values if len(v) >= MIN_MASKED_CHARS}, key=len, reverse=True))
-
-
-@functools.lru_cache(maxsize=8)
-def _secret_pattern(raw: tuple[str | None, ...]) -> re.Pattern[str] | None:
-    values = secret_values(dict(zip(SECRET_VARIABLES, (v or "" for v in raw), strict=True)))
-    return re.compile("|".join(re.escape(value) for value in values)) if values else None
-
-
-def mask_secrets(text: str) -> str:
-    """Mask URL passwords and every configured secret value (`SECRET_VARIABLES`) inside free text.
-
-    For log lines, error messages and events: a model server that echoes the API key in its error
-    body must not put the key in a log or in front of a user. The environment is read on each call
-    (a few dictionary lookups) and the pattern is built once per set of values.
-    """
-    text = _SECRET_IN_URL.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
-    pattern = _secret_pattern(tuple(os.environ.get(name) for name in SECRET_VARIABLES))
-    return text if pattern is None else pattern.sub("***", text)
-
-
-def env_float(
-    env: Mapping[str, str], name: str, default: float, *, minimum: float, maximum: float | None = None
-) -> float:
-    """A number from the environment (`default` when unset), or ConfigError naming the variable."""
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigError(f"{name} must be at least {minimum:g}, got {raw!r}")
-    if maximum is not None and value > maximum:
-        raise ConfigError(f"{name} must be at most {maximum:g}, got {raw!r}")
-    return value
-
-
-def env_int(env: Mapping[str, str], name: str, default: int, *, minimum: int) -> int:
-    """A whole number from the environment (`default` when unset), or ConfigError naming the variable."""
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigError(f"{name} must be at least {minimum}, got {raw!r}")
-    return value
-
-
-def _url(env: Mapping[str, str], name: str, default: str, schemes: tuple[str, ...]) -> str:
-    raw = (env.get(name) or "").strip() or default
-    scheme = urlsplit(raw).scheme
-    if scheme not in schemes:
-        raise ConfigError(
-            f"{name} must start with one of {', '.join(s + '://' for s in schemes)}, got {mask_url(raw)!r}"
-        )
-    return raw
-
-
-_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-
-
-def _modules(env: Mapping[str, str], name: str) -> tuple[str, ...]:
-    names = tuple(part.strip() for part in (env.get(name) or "").split(",") if part.strip())
-    for module in names:
-        if not _MODULE_NAME.match(module):
-            raise ConfigError(f"{name} must list Python module names, got {module!r}")
-    return names
-
-
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Parse and validate settings from `env` (by default the process environment, filled from the env
     files: `chatq.envfile.resolved_environ`)."""
@@ -297,14 +194,14 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     base_url = (env.get("OPENAI_BASE_URL") or "").strip() or None
     if base_url is not None and urlsplit(base_url).scheme not in ("http", "https"):
         raise ConfigError(f"OPENAI_BASE_URL must be an http(s) URL, got {mask_url(base_url)!r}")
-    database_url = _url(env, "DATABASE_URL", DEFAULT_DATABASE_URL, ("postgresql+psycopg", "postgresql"))
+    database_url = env_url(env, "DATABASE_URL", DEFAULT_DATABASE_URL, ("postgresql+psycopg", "postgresql"))
     if database_url.startswith("postgresql://"):
         # Users paste libpq URLs; SQLAlchemy would pick psycopg2, which chatq does not install.
         database_url = "postgresql+psycopg://" + database_url[len("postgresql://") :]
     concurrency = env_int(env, "CHATQ_WORKER_CONCURRENCY", 128, minimum=1)
     settings = Settings(
         database_url=database_url,
-        redis_url=_url(env, "REDIS_URL", DEFAULT_REDIS_URL, ("redis", "rediss", "unix")),
+        redis_url=env_url(env, "REDIS_URL", DEFAULT_REDIS_URL, ("redis", "rediss", "unix")),
         default_model=default_model,
         openai_api_key=api_key,
         openai_base_url=base_url,
@@ -319,181 +216,30 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         lease_seconds=env_float(env, "CHATQ_LEASE_SECONDS", 30.0, minimum=1.0),
         max_deliveries=env_int(env, "CHATQ_MAX_DELIVERIES", 3, minimum=1),
         sweep_interval=env_float(env, "CHATQ_SWEEP_INTERVAL", 10.0, minimum=0.2),
-        worker_sweep=_switch(env, "CHATQ_WORKER_SWEEP", default=True),
+        worker_sweep=env_switch(env, "CHATQ_WORKER_SWEEP", default=True),
         requeue_grace=env_float(env, "CHATQ_REQUEUE_GRACE", 30.0, minimum=0.0),
         event_retention=env_int(env, "CHATQ_EVENT_RETENTION", 3_600, minimum=600),
         text_coalesce_ms=env_float(env, "CHATQ_TEXT_COALESCE_MS", 0.0, minimum=0.0),
         worker_concurrency=concurrency,
         max_tool_output_chars=env_int(env, "CHATQ_MAX_TOOL_OUTPUT_CHARS", 20_000, minimum=100),
-        plugins=_modules(env, "CHATQ_PLUGINS"),
-        metrics_port=_port(env, "CHATQ_METRICS_PORT"),
-        metrics_addr=_address(env, "CHATQ_METRICS_ADDR", "127.0.0.1"),
-        log_format=_choice(env, "CHATQ_LOG_FORMAT", ("auto", "json", "text")),
-        vision_models=_names(env, "CHATQ_VISION_MODELS"),
+        plugins=env_modules(env, "CHATQ_PLUGINS"),
+        metrics_port=env_port(env, "CHATQ_METRICS_PORT"),
+        metrics_addr=env_address(env, "CHATQ_METRICS_ADDR", "127.0.0.1"),
+        log_format=env_choice(env, "CHATQ_LOG_FORMAT", ("auto", "json", "text")),
+        vision_models=env_names(env, "CHATQ_VISION_MODELS"),
         prices=(env.get("CHATQ_PRICES") or "").strip() or None,
-        retention_days=_optional_float(env, "CHATQ_RETENTION_DAYS", minimum=0.001),
+        retention_days=env_optional_float(env, "CHATQ_RETENTION_DAYS", minimum=0.001),
         model_limits=parse_model_limits(env.get("CHATQ_MODEL_LIMITS")),
-        provider_limits=_switch(env, "CHATQ_PROVIDER_LIMITS", default=True),
+        provider_limits=env_switch(env, "CHATQ_PROVIDER_LIMITS", default=True),
         provider_patience=env_float(env, "CHATQ_PROVIDER_PATIENCE", 900.0, minimum=0.0),
         webhook_secret=(env.get("CHATQ_WEBHOOK_SECRET") or "").strip() or None,
-        webhook_allow_private=_switch(env, "CHATQ_WEBHOOK_ALLOW_PRIVATE", default=False),
+        webhook_allow_private=env_switch(env, "CHATQ_WEBHOOK_ALLOW_PRIVATE", default=False),
         webhook_timeout=env_float(env, "CHATQ_WEBHOOK_TIMEOUT", 5.0, minimum=0.1, maximum=60.0),
         webhook_retry_for=env_float(env, "CHATQ_WEBHOOK_RETRY_FOR", 3_600.0, minimum=0.0),
         webhook_backoff=env_float(env, "CHATQ_WEBHOOK_BACKOFF", 5.0, minimum=0.01),
         webhook_concurrency=env_int(env, "CHATQ_WEBHOOK_CONCURRENCY", max(1, concurrency // 4), minimum=1),
     )
     return settings
-
-
-def _optional_float(env: Mapping[str, str], name: str, *, minimum: float) -> float | None:
-    """A number from the environment, or None when unset."""
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
-        return None
-    return env_float(env, name, 0.0, minimum=minimum)
-
-
-def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
-    """One of `choices` (the first when unset), case-insensitive."""
-    raw = (env.get(name) or "").strip().lower() or choices[0]
-    if raw not in choices:
-        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
-    return raw
-
-
-_ON, _OFF = ("on", "true", "yes", "1"), ("off", "false", "no", "0")
-
-
-def _switch(env: Mapping[str, str], name: str, *, default: bool) -> bool:
-    """`on`/`off` (also true/false, yes/no, 1/0), case-insensitive; `default` when unset."""
-    raw = (env.get(name) or "").strip().lower()
-    if not raw:
-        return default
-    if raw not in _ON + _OFF:
-        raise ConfigError(f"{name} must be on or off, got {raw!r}")
-    return raw in _ON
-
-
-def _names(env: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """A comma-separated list, blanks dropped."""
-    return tuple(part.strip() for part in (env.get(name) or "").split(",") if part.strip())
-
-
-def _port(env: Mapping[str, str], name: str) -> int | None:
-    raw = (env.get(name) or "").strip()
-    if not raw:
-        return None
-    if not raw.isdigit() or not 0 < int(raw) < 65536:
-        raise ConfigError(f"{name} must be a port number from 1 to 65535, got {raw!r}")
-    return int(raw)
-
-
-def _address(env: Mapping[str, str], name: str, default: str) -> str:
-    raw = (env.get(name) or "").strip()
-    if not raw:
-        return default
-    if not re.fullmatch(r"[A-Za-z0-9.:_-]+", raw.strip("[]")):
-        raise ConfigError(f"{name} must be an IP address or host name such as 127.0.0.1 or 0.0.0.0, got {raw!r}")
-    return raw.strip("[]")
-
-
-PLACEHOLDER_PREFIX = "change-me"
-"""How every secret in `.env.example` starts: a value that must be replaced before use."""
-
-MIN_TOKEN_CHARS = 16
-"""Shorter gateway tokens are refused: a guessable token is no authentication."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class GatewayVariables:
-    """The variables only `chatq serve` reads (`load_gateway_variables`), apart from `Settings` so that a
-    bad one stops the gateway at its start and never a worker or another command."""
-
-    api_tokens: tuple[str, ...] = field(default=(), repr=False)
-    """Admin bearer tokens: every session (`CHATQ_API_TOKEN`, comma-separated to rotate); never logged."""
-    tenant_tokens: tuple[TenantToken, ...] = field(default=(), repr=False)
-    """Scoped tokens, each of one tenant (`CHATQ_API_TOKENS`, `tenant:token,...`); never logged."""
-    api_max_body_bytes: int | None = None
-    """Largest accepted request body (`CHATQ_API_MAX_BODY_BYTES`); None: the largest valid turn."""
-    sse_heartbeat: float = 15.0
-    """Seconds between heartbeat comments on an idle event stream (`CHATQ_SSE_HEARTBEAT`)."""
-
-
-def parse_api_tokens(raw: str) -> tuple[str, ...]:
-    """Tokens from `CHATQ_API_TOKEN` (comma-separated); ConfigError naming the problem, never the token."""
-    tokens = tuple(part.strip() for part in raw.split(",") if part.strip())
-    for number, token in enumerate(tokens, start=1):
-        where = f"token {number} of CHATQ_API_TOKEN" if len(tokens) > 1 else "CHATQ_API_TOKEN"
-        if len(token) < MIN_TOKEN_CHARS:
-            raise ConfigError(f"{where} is shorter than {MIN_TOKEN_CHARS} characters; use a long random value")
-        if not token.isascii() or not token.isprintable() or " " in token:
-            raise ConfigError(f"{where} must be printable ASCII without spaces")
-    return tokens
-
-
-_TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-
-
-def parse_tenant_tokens(raw: str, name: str = "CHATQ_API_TOKENS") -> tuple[TenantToken, ...]:
-    """`tenant:token` pairs, comma-separated (a tenant may have several tokens, to rotate them).
-
-    ConfigError naming the entry and the problem, never the token. Tenant names are 1 to 64 of
-    letters, digits, `_`, `.` and `-`; tokens follow CHATQ_API_TOKEN's rules; a token may belong to
-    one tenant only.
-    """
-    entries: list[TenantToken] = []
-    seen: dict[str, str] = {}
-    parts = [part.strip() for part in raw.split(",") if part.strip()]
-    for number, part in enumerate(parts, start=1):
-        tenant, colon, token = part.partition(":")
-        tenant, token = tenant.strip(), token.strip()
-        where = f"entry {number} of {name}"
-        if not colon or not _TENANT_NAME.fullmatch(tenant):
-            raise ConfigError(
-                f"{where} must be tenant:token, the tenant 1-64 letters, digits, '_', '.' or '-' (e.g. acme:<token>)"
-            )
-        if len(token) < MIN_TOKEN_CHARS:
-            raise ConfigError(
-                f"{where}: the token is shorter than {MIN_TOKEN_CHARS} characters; use a long random value"
-            )
-        if not token.isascii() or not token.isprintable() or " " in token:
-            raise ConfigError(f"{where}: the token must be printable ASCII without spaces")
-        if seen.get(token, tenant) != tenant:
-            raise ConfigError(f"{where}: the same token is given to tenants {seen[token]!r} and {tenant!r}")
-        seen[token] = tenant
-        entries.append(TenantToken(tenant=tenant, token=token))
-    return tuple(entries)
-
-
-def load_gateway_variables(env: Mapping[str, str] | None = None, *, token_required: bool = True) -> GatewayVariables:
-    """Parse and validate the gateway's variables from `env` (the process environment by default);
-    without a token, ConfigError unless `token_required` is off (`chatq serve --unauthenticated`)."""
-    env = resolved_environ() if env is None else env
-    tokens = parse_api_tokens(env.get("CHATQ_API_TOKEN") or "")
-    tenant_tokens = parse_tenant_tokens(env.get("CHATQ_API_TOKENS") or "")
-    if not tokens and not tenant_tokens and token_required:
-        raise ConfigError(
-            "set CHATQ_API_TOKEN to a long random token (e.g. `openssl rand -hex 32`) or CHATQ_API_TOKENS to "
-            "tenant:token pairs, or run `chatq serve --unauthenticated` on a loopback address"
-        )
-    if set(tokens) & {entry.token for entry in tenant_tokens}:
-        raise ConfigError("a token of CHATQ_API_TOKENS is also in CHATQ_API_TOKEN: give each tenant its own token")
-    max_body = None
-    if (env.get("CHATQ_API_MAX_BODY_BYTES") or "").strip():
-        max_body = env_int(env, "CHATQ_API_MAX_BODY_BYTES", 0, minimum=1024)
-    return GatewayVariables(
-        api_tokens=tokens,
-        tenant_tokens=tenant_tokens,
-        api_max_body_bytes=max_body,
-        sse_heartbeat=env_float(env, "CHATQ_SSE_HEARTBEAT", 15.0, minimum=0.1, maximum=300.0),
-    )
-
-
-def placeholder_api_token(env: Mapping[str, str] | None = None) -> bool:
-    """Whether `CHATQ_API_TOKEN` still holds `.env.example`'s public `change-me-...` value."""
-    env = resolved_environ() if env is None else env
-    tokens = (env.get("CHATQ_API_TOKEN") or "").split(",")
-    return any(token.strip().lower().startswith(PLACEHOLDER_PREFIX) for token in tokens)
 
 
 _settings: PerProcess[Settings] = PerProcess(load_settings)

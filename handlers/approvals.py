@@ -155,7 +155,7 @@ def needs_approval(context: ToolContext | None, tool: ToolLike | None) -> bool:
 
 
 class ToolLike(Protocol):
-    """What the policy reads of a tool (`handlers.tools.Tool`)."""
+    """What the policy reads of a tool (`handlers.tool_registry.Tool`)."""
 
     @property
     def name(self) -> str: ...

@@ -29,7 +29,8 @@ from handlers.handler_settings import ToolSettings
 from handlers.knowledge_search import NO_KNOWLEDGE_BASE, format_hits, search_tool
 from handlers.messages import AgentMessage, empty_usage
 from handlers.store import TurnStore
-from handlers.tools import KNOWLEDGE_BASE_TOOL, run_tool
+from handlers.tool_registry import KNOWLEDGE_BASE_TOOL
+from handlers.tools import run_tool
 from models.search import MAX_QUERY_CHARS
 
 __all__ = [

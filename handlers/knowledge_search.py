@@ -3,7 +3,7 @@
 The search itself is the store's (`ToolContext.search`, bound to the session and its own tenant's
 knowledge bases when the invocation starts); this module reads nothing itself.
 
-Its own module so the tool registry (`handlers.tools`) can name it without importing the rest of
+Its own module so the tool registry (`handlers.tool_registry`) can name it without importing the rest of
 `handlers.knowledge`, which builds on the registry (no import cycle).
 """
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatq.errors import ConfigError
-from chatq.settings import mask_secrets
+from chatq.masking import mask_secrets
 from handlers.context import ToolContext
 from handlers.deadline import Deadline
 from handlers.errors import AgentInvocationError, HandlerError
@@ -32,7 +32,7 @@ from handlers.knowledge import choose_citations, retrieval_step, start_invocatio
 from handlers.messages import AgentMessage, AgentSession, StreamEvent, StreamEventKind, ToolCall, Usage
 from handlers.prompts import build_system_prompt
 from handlers.store import TurnStore, default_store
-from handlers.tools import session_tool_names
+from handlers.tool_registry import session_tool_names
 from models.errors import NotAUserMessage
 
 __all__ = ["Retrieval", "TurnInput", "build_turn_input"]
@@ -102,7 +102,7 @@ class TurnInput:
     system_prompt: str
     """chatq's system prompt: the session's own, the tool rules, the knowledge-base policy, error handling."""
     tools: tuple[str, ...]
-    """Registry tools to bind (`handlers.tools.get_tool(name)`): the session's `metadata["tools"]` or the
+    """Registry tools to bind (`handlers.tool_registry.get_tool(name)`): the session's `metadata["tools"]` or the
     defaults, plus `search_knowledge_base` exactly when knowledge bases are attached. Empty for a
     framework that calls no tools. Run each call with `run_tool(name, args, context=turn.tool_context.for_call(id))`."""
     knowledge_bases: tuple[str, ...]

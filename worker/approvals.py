@@ -17,7 +17,7 @@ from typing import Any
 
 from redis import RedisError
 
-from chatq.settings import mask_secrets
+from chatq.masking import mask_secrets
 from handlers.approvals import Decision, PendingCall, args_problem
 from models.db import get_engine
 from worker.dispatch import send_next
@@ -63,7 +63,7 @@ def _check_args(call: PendingCall, decision: Decision) -> Decision:
         return decision
     from handlers import framework_names
     from handlers.errors import UnknownTool
-    from handlers.tools import get_tool
+    from handlers.tool_registry import get_tool
 
     framework_names()  # imports CHATQ_PLUGINS, whose tools register themselves
     try:

@@ -29,7 +29,7 @@ from sqlalchemy import ARRAY, Uuid, bindparam, delete, func, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from chatq.settings import mask_secrets
+from chatq.masking import mask_secrets
 from models.db import session_scope
 from models.tables import ChatSession, DeletedSession, PaidToolCall, Turn, TurnStatus
 from worker.event_scripts import UNENDED, ended_marker

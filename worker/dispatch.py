@@ -16,7 +16,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from redis import RedisError
 from sqlalchemy import Engine, text
 
-from chatq.settings import mask_secrets
+from chatq.masking import mask_secrets
 from models.db import session_scope
 from worker.markers import sent_marker, set_markers
 from worker.payload import TASK_NAME, WEBHOOK_QUEUE, redacted_kwargs

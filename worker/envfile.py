@@ -22,7 +22,8 @@ from chatq.envfile import (
     read_env_files,
     read_with_sources,
 )
-from chatq.settings import PLACEHOLDER_PREFIX, mask_url
+from chatq.gateway_variables import PLACEHOLDER_PREFIX
+from chatq.masking import mask_url
 
 
 def is_placeholder(value: str) -> bool:

@@ -21,8 +21,9 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from chatq.masking import mask_secrets
 from chatq.per_process import PerProcess
-from chatq.settings import get_settings, mask_secrets
+from chatq.settings import get_settings
 from chatq.shortcuts.redis_resp import Arg, roundtrip
 from worker.event_scripts import (
     NUMBER_AND_PUBLISH_SHA,

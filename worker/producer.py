@@ -18,7 +18,8 @@ from typing import Any, ParamSpec, TypeVar
 from redis import RedisError
 from sqlalchemy import select, update
 
-from chatq.settings import get_settings, mask_secrets
+from chatq.masking import mask_secrets
+from chatq.settings import get_settings
 from handlers import framework_names
 from models.db import autocommit_scope, get_engine, session_scope
 from models.knowledge import attach_knowledge_bases

@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError, StatementError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
-from chatq.settings import mask_secrets
+from chatq.masking import mask_secrets
 from chatq.text import REPLACEMENT, UNSTORABLE, clean_json, clean_text
 
 __all__ = [

@@ -12,7 +12,7 @@ import logging
 import openai
 
 from chatq.errors import ConfigError
-from chatq.settings import mask_secrets
+from chatq.masking import mask_secrets
 from handlers.abort import current_abort
 from handlers.errors import AgentInvocationError, ProviderBusy, TurnTimeout
 from handlers.provider_headers import read_rate_limit_headers

@@ -1,4 +1,4 @@
-"""Registry tools (`handlers.tools`) wrapped as LangChain tools for binding and execution."""
+"""Registry tools (`handlers.tool_registry`) wrapped as LangChain tools for binding and execution."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 
 from langchain_core.tools import BaseTool, StructuredTool
 
-from handlers.tools import Tool, get_tool, run_tool
+from handlers.tool_registry import Tool, get_tool
+from handlers.tools import run_tool
 
 __all__ = ["langchain_tool", "langchain_tools"]
 

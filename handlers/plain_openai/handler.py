@@ -4,8 +4,8 @@
 
 The turn arrives prepared (`handlers.turn_input.TurnInput`: history, system prompt, tools, the
 first knowledge-base search, the deadline); this adapter only speaks the OpenAI wire format, runs
-the tools through the registry (`handlers.tools`) and converts the result to `AgentMessage` at
-the boundary.
+the tools of the registry (`handlers.tool_registry`) through `handlers.tools.run_tool` and converts
+the result to `AgentMessage` at the boundary.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from handlers.echo import echo
 from handlers.errors import TOO_MANY_STEPS, AgentInvocationError
 from handlers.handler_settings import ModelEndpoint
 from handlers.prepared import PreparedTurnHandler, Reply
-from handlers.tools import gate_round, get_tool, run_tool
+from handlers.tool_registry import get_tool
+from handlers.tools import gate_round, run_tool
 from handlers.turn_input import TurnInput
 
 __all__ = ["MAX_MODEL_CALLS", "TOO_MANY_STEPS", "PlainOpenAIHandler"]

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from chatq.settings import ECHO_MODEL, load_settings, mask_secrets, mask_url
+from chatq.masking import mask_secrets, mask_url
+from chatq.settings import ECHO_MODEL, load_settings
 from tests.support.env import environ
 from worker.errors import ConfigError
 

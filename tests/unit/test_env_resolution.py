@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from chatq.settings import DEFAULT_DATABASE_URL, load_gateway_variables, load_settings
+from chatq.gateway_variables import load_gateway_variables
+from chatq.settings import DEFAULT_DATABASE_URL, load_settings
 
 RECORDED = "postgresql+psycopg://postgres@127.0.0.1:55432/recorded"
 DOTENV = "postgresql+psycopg://postgres@127.0.0.1:55433/dotenv"

@@ -16,6 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 OURS = re.compile(r"^(CHATQ|OPENAI|DATABASE|REDIS)_[A-Z0-9_]*$")
 SETTINGS = ROOT / "chatq" / "settings.py"
+VARIABLE_PARSERS = (SETTINGS, ROOT / "chatq" / "gateway_variables.py", ROOT / "chatq" / "masking.py")
+"""The modules that name the variables they parse or mask (the settings, the gateway's four, the secrets)."""
 
 ALLOWED: dict[str, str] = {
     "chatq/envfile.py": "it fills the environment from .env files before Settings parses it, so it reads "
@@ -110,7 +112,7 @@ def test_the_check_sees_each_way_of_reading() -> None:
 
 def test_every_variable_settings_reads_is_in_the_readme() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    source = SETTINGS.read_text(encoding="utf-8")
+    source = "\n".join(path.read_text(encoding="utf-8") for path in VARIABLE_PARSERS)
     named = set(re.findall(r'"((?:CHATQ|OPENAI|DATABASE|REDIS)_[A-Z0-9_]+)"', source))
     missing = sorted(name for name in named if f"`{name}`" not in readme)
     assert missing == []

@@ -1,5 +1,5 @@
-"""The `chatq` command line: the command itself (`commands`), the commands it adds (`batch_cli`,
-`kb_cli`) and what they use (`batch`, `batch_resume`, `follow`).
+"""The `chatq` command line: the command itself (`commands`), the commands it adds (`turn_cli`,
+`session_cli`, `approval_cli`, `batch_cli`, `kb_cli`) and what they use (`batch`, `batch_resume`, `follow`).
 
 `chatq = "worker.cli:main"` (pyproject.toml) and `python -m worker.cli` (`__main__`) run it.
 """

@@ -1,5 +1,7 @@
-"""`chatq session list|show|update|delete` and `chatq history`: sessions and their history from the command line.
+"""`chatq session create|list|show|update|delete` and `chatq history`: sessions and their history from the command line.
 
+    chatq session create [--framework F] [--model NAME] [--system-prompt TEXT] [--kb KB]... [--webhook URL]
+                         [--approval POLICY] [--metadata KEY=VALUE]... [--json]
     chatq session list [--json] [--limit N] [--cursor C] [--metadata KEY=VALUE]... [--tenant T]
     chatq session show SESSION [--json]
     chatq session update SESSION [--model NAME | --default-model] [--system-prompt TEXT | --no-system-prompt]
@@ -27,7 +29,34 @@ DEFAULT_LIMIT = 20
 
 
 def register_actions(actions: Any) -> None:
-    """Add `list`, `show`, `update` and `delete` to `chatq session`."""
+    """Add `create`, `list`, `show`, `update` and `delete` to `chatq session`."""
+    create = actions.add_parser("create", help="create a session and print its id")
+    create.add_argument(
+        "--framework",
+        default="langgraph",
+        help="agent framework: langgraph (default), none, plain_openai or one a CHATQ_PLUGINS module registers",
+    )
+    create.add_argument(
+        "--model", help="model name (default: the worker's default model, CHATQ_MODEL of the worker running a turn)"
+    )
+    create.add_argument("--system-prompt", help="the session's own instructions")
+    create.add_argument(
+        "--kb", action="append", default=[], metavar="KB", help="attach this knowledge base (repeatable)"
+    )
+    create.add_argument("--webhook", metavar="URL", help="POST each turn here when it ends (http or https)")
+    create.add_argument(
+        "--approval", metavar="POLICY", help="tool calls a person approves: none, paid, all or TOOL,TOOL,..."
+    )
+    create.add_argument(
+        "--metadata",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="store KEY with the string VALUE in its metadata (repeatable; `session list --metadata` filters on it)",
+    )
+    create.add_argument("--json", action="store_true", help="print JSON")
+    create.set_defaults(func=cmd_create)
+
     listing = actions.add_parser("list", help="list sessions, newest first, a page at a time")
     listing.add_argument(
         "--limit", type=int, default=DEFAULT_LIMIT, help=f"sessions per page (default {DEFAULT_LIMIT})"
@@ -131,6 +160,28 @@ def warn_model(model: str | None, settings: Settings) -> None:
             "environment is what counts: they fail unless the worker sets one of them.",
             file=sys.stderr,
         )
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    from worker.cli.approval_cli import approval_value
+    from worker.producer import create_session
+
+    session_id = create_session(
+        framework=args.framework,
+        model=args.model,
+        system_prompt=args.system_prompt,
+        metadata=metadata_pairs(args.metadata),
+        knowledge_bases=args.kb,
+        webhook=args.webhook,
+        approval=None if args.approval is None else approval_value(args.approval),
+    )
+    # Only a warning: the worker, not this terminal, runs the turns and may well have the key.
+    warn_model(args.model, args.settings)
+    if args.json:
+        _print_json({"session_id": str(session_id)})
+    else:
+        print(session_id)
+    return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:

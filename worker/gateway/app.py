@@ -21,7 +21,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from chatq.settings import Settings, mask_secrets
+from chatq.masking import mask_secrets
+from chatq.settings import Settings
 from models.errors import KnowledgeBaseNotFound
 from worker.errors import (
     ApprovalConflict,

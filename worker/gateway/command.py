@@ -12,7 +12,7 @@ DEFAULT_PORT = 8000
 def refuse_placeholder_token(env: Mapping[str, str] | None = None) -> None:
     """ConfigError if CHATQ_API_TOKEN still holds the `change-me-...` value `.env.example` ships:
     that token is public, so a gateway accepting it would be open to anyone who read the example."""
-    from chatq.settings import placeholder_api_token
+    from chatq.gateway_variables import placeholder_api_token
     from worker.errors import ConfigError
     from worker.gateway.config import TOKEN_ENV
 

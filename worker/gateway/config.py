@@ -1,13 +1,13 @@
-"""The gateway's configuration: its variables (parsed in `chatq.settings`) adapted to what it serves.
+"""The gateway's configuration: its variables (parsed in `chatq.gateway_variables`) adapted to what it serves.
 
 | variable | default | meaning |
 |---|---|---|
 | `CHATQ_API_TOKEN` | — (this or the next required) | admin bearer token(s): every session; comma-separated to rotate |
-| `CHATQ_API_TOKENS` | — | scoped tokens `tenant:token,...` (in `chatq.settings`): each sees its tenant's sessions |
+| `CHATQ_API_TOKENS` | — | scoped tokens `tenant:token,...`: each sees its tenant's sessions |
 | `CHATQ_API_MAX_BODY_BYTES` | largest valid turn | bigger request bodies are refused with 413 |
 | `CHATQ_SSE_HEARTBEAT` | `15` | seconds between SSE comment lines on an idle stream |
 
-Only `chatq serve` reads them (`chatq.settings.load_gateway_variables`), so a bad one stops the gateway
+Only `chatq serve` reads them (`chatq.gateway_variables.load_gateway_variables`), so a bad one stops the gateway
 at its start and nothing else.
 """
 
@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from chatq.settings import Settings, TenantToken, load_gateway_variables
+from chatq.gateway_variables import TenantToken, load_gateway_variables
+from chatq.settings import Settings
 
 TOKEN_ENV = "CHATQ_API_TOKEN"
 MAX_BODY_ENV = "CHATQ_API_MAX_BODY_BYTES"

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import redis.asyncio as aioredis
 
-from chatq.settings import mask_secrets
+from chatq.masking import mask_secrets
 from worker.events import session_channel, turn_stream
 from worker.gateway.sse import (
     RETRY_MS,

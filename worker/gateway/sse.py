@@ -23,7 +23,7 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from chatq.settings import mask_secrets
+from chatq.masking import mask_secrets
 from worker.events import EVENT_VERSION, TERMINAL_TYPES, encode_event, turn_stream
 
 log = logging.getLogger(__name__)

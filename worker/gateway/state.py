@@ -25,7 +25,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from chatq.settings import Settings, mask_secrets
+from chatq.masking import mask_secrets
+from chatq.settings import Settings
 from worker.gateway.auth import ADMIN, QUERY_TOKEN, bearer_token, match_token
 from worker.gateway.config import GatewaySettings
 

@@ -3,7 +3,7 @@
 `CHATQ_LOG_FORMAT` = `auto` (default: JSON unless stderr is a terminal), `json` or `text`.
 Every record gets the `turn_id`, `session_id` and `attempt` of the turn the thread is running
 (a context variable set by the runner), and secrets in the rendered line and in tracebacks are
-masked (`chatq.settings.mask_secrets`: URL passwords and the configured secret values).
+masked (`chatq.masking.mask_secrets`: URL passwords and the configured secret values).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from chatq.settings import mask_secrets
+from chatq.masking import mask_secrets
 from worker.log_context import current_turn
 from worker.runtime.observers import hooks
 from worker.runtime.policy.retry import RetryCause

@@ -22,7 +22,7 @@ from celery.signals import (
     worker_shutting_down,
 )
 
-from chatq.settings import mask_secrets
+from chatq.masking import mask_secrets
 from worker.ops.gc_freeze import freeze_startup_objects
 from worker.ops.logs import configure_handlers, quiet_http_clients
 from worker.runtime.recovery.leases import begin_hand_back

@@ -17,7 +17,8 @@ import pytest
 from prometheus_client import REGISTRY
 from starlette.testclient import TestClient
 
-from chatq.settings import TenantToken, get_settings
+from chatq.gateway_variables import TenantToken
+from chatq.settings import get_settings
 from tests.integration.approvals.conftest import APPROVED
 from tests.support.effects import EFFECT, lines
 from tests.support.inprocess import InProcessWorker, build_runtime

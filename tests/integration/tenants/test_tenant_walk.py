@@ -25,7 +25,8 @@ import pytest
 import redis
 import uvicorn
 
-from chatq.settings import TenantToken, get_settings
+from chatq.gateway_variables import TenantToken
+from chatq.settings import get_settings
 from models.knowledge import create_knowledge_base
 from worker.gateway.app import create_app
 from worker.gateway.config import GatewaySettings

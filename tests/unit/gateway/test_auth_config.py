@@ -118,7 +118,7 @@ def test_the_default_body_limit_fits_the_largest_valid_turn() -> None:
 
 
 def test_tenant_tokens_are_tenant_colon_token_pairs() -> None:
-    from chatq.settings import TenantToken, parse_tenant_tokens
+    from chatq.gateway_variables import TenantToken, parse_tenant_tokens
 
     parsed = parse_tenant_tokens(f" acme:{TOKEN} , globex.eu-1:{TOKEN}-2,acme:{TOKEN}-3 ")
     assert parsed == (
@@ -143,7 +143,7 @@ def test_tenant_tokens_are_tenant_colon_token_pairs() -> None:
     ],
 )
 def test_bad_tenant_tokens_are_refused_in_one_line_without_the_token(raw: str, fragment: str) -> None:
-    from chatq.settings import load_gateway_variables
+    from chatq.gateway_variables import load_gateway_variables
 
     with pytest.raises(ConfigError) as error:
         load_gateway_variables({"CHATQ_API_TOKENS": raw})
@@ -172,7 +172,7 @@ def test_a_token_matches_its_tenant_or_the_admin_and_nothing_else() -> None:
 
 
 def test_scoped_tokens_are_masked_as_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
-    from chatq.settings import mask_secrets
+    from chatq.masking import mask_secrets
 
     monkeypatch.setenv("CHATQ_API_TOKENS", f"acme:{TOKEN}-masked")
     assert mask_secrets(f"token {TOKEN}-masked leaked") == "token *** leaked"

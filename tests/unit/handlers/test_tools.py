@@ -6,22 +6,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from handlers.builtin_tools import MAX_EXPRESSION_CHARS, calculate, current_time
 from handlers.context import ToolContext
 from handlers.errors import UnknownTool
 from handlers.handler_settings import ToolSettings
-from handlers.tools import (
-    MAX_EXPRESSION_CHARS,
-    TRUNCATION_MARK,
-    Tool,
-    calculate,
-    current_time,
-    default_tool_names,
-    get_tool,
-    list_tools,
-    register_tool,
-    run_tool,
-    unregister_tool,
-)
+from handlers.tool_registry import Tool, default_tool_names, get_tool, list_tools, register_tool, unregister_tool
+from handlers.tools import TRUNCATION_MARK, run_tool
 
 
 @pytest.mark.parametrize(

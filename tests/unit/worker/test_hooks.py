@@ -10,7 +10,7 @@ import uuid
 import pytest
 from prometheus_client import REGISTRY
 
-from chatq.settings import mask_secrets
+from chatq.masking import mask_secrets
 from worker.ops.logs import LogHooks
 from worker.ops.metrics import MetricsHooks
 from worker.runtime.observers import hook_points, hooks

@@ -16,7 +16,8 @@ import logging
 import math
 import uuid
 
-from chatq.settings import Settings, mask_secrets
+from chatq.masking import mask_secrets
+from chatq.settings import Settings
 from handlers.errors import AwaitingApproval
 from handlers.journal import StepKind
 from worker.dispatch import send_delivery, send_next

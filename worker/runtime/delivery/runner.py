@@ -15,7 +15,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from chatq.settings import mask_secrets
+from chatq.masking import mask_secrets
 from handlers.context import running_turn
 from handlers.errors import (
     AgentInvocationError,

@@ -14,7 +14,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from chatq.settings import mask_secrets
+from chatq.masking import mask_secrets
 from worker.runtime.observers.hook_points import MessageSetAside
 
 if TYPE_CHECKING:

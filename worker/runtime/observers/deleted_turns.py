@@ -8,7 +8,7 @@ from collections.abc import Callable
 import redis
 from sqlalchemy import Engine
 
-from chatq.settings import mask_secrets
+from chatq.masking import mask_secrets
 from worker.deletion import forget_turns
 from worker.runtime.observers import hooks
 from worker.store import turns

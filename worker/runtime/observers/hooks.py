@@ -39,7 +39,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from chatq.settings import Settings, mask_secrets
+from chatq.masking import mask_secrets
+from chatq.settings import Settings
 from worker.runtime.observers.hook_points import ServiceEmitter, ServiceHooks
 from worker.runtime.policy.retry import RetryCause
 

@@ -19,8 +19,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from chatq.masking import mask_secrets
 from chatq.model_limits import limit_for
-from chatq.settings import ECHO_MODEL, Settings, mask_secrets
+from chatq.settings import ECHO_MODEL, Settings
 from handlers.errors import ProviderBusy
 from handlers.tokens import count_tokens
 from worker.events import EventType, TurnEvents
