@@ -5,8 +5,7 @@
 with one clear line instead of failing a turn later. The gateway's four (`GatewayVariables`) are
 parsed by `load_gateway_variables()` when `chatq serve` starts, so a bad one stops the gateway only
 (`chatq.gateway_variables`). Each value is read by a parser of `chatq.env_values`; secrets are
-masked in text by `chatq.masking` (`mask_secrets`, re-exported here for the modules that import it
-from here).
+masked in text by `chatq.masking` (`mask_secrets`).
 What is parsed is the environment as `chatq.envfile.resolved_environ` leaves it: the process
 environment, with what it leaves unset filled from `.env` and `.local/services.env` in the current
 directory, so every entry point (the CLI, the Python API, `celery -A worker`, the gateway, Flower)
@@ -36,7 +35,7 @@ from chatq.env_values import (
 )
 from chatq.envfile import resolved_environ
 from chatq.errors import ConfigError
-from chatq.masking import mask_secrets, mask_url
+from chatq.masking import mask_url
 from chatq.model_limits import ModelLimit, parse_model_limits
 from chatq.per_process import PerProcess
 
@@ -48,7 +47,6 @@ __all__ = [
     "Settings",
     "get_settings",
     "load_settings",
-    "mask_secrets",
     "openai_model_unavailable",
     "reset_settings",
 ]

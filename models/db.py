@@ -18,8 +18,9 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
+from chatq.masking import mask_secrets
 from chatq.per_process import PerProcess
-from chatq.settings import get_settings, mask_secrets
+from chatq.settings import get_settings
 
 POOL_SIZE = 10
 """Connections a process keeps open."""

@@ -23,8 +23,9 @@ from datetime import timedelta
 
 from sqlalchemy import Engine, func, update
 
+from chatq.masking import mask_secrets
 from chatq.per_process import PerProcess
-from chatq.settings import Settings, mask_secrets
+from chatq.settings import Settings
 from handlers.abort import AbortSignal
 from models.db import session_scope
 from models.tables import Turn, TurnStatus

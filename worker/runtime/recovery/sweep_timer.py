@@ -21,7 +21,7 @@ from typing import Any
 
 from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 
-from chatq.settings import mask_secrets
+from chatq.masking import mask_secrets
 from worker.runtime.delivery.process import Runtime, current_runtime
 from worker.runtime.recovery.sweeper import SweepReport, sweep_exclusively
 

@@ -27,7 +27,8 @@ import redis
 from sqlalchemy import Engine, and_, func, or_, select, text
 from sqlalchemy.orm import Session
 
-from chatq.settings import Settings, mask_secrets
+from chatq.masking import mask_secrets
+from chatq.settings import Settings
 from models.db import session_scope, unpooled_connection
 from models.tables import ChatMessage, Turn, TurnStatus
 from worker import unacked

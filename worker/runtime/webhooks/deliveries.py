@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 
 from sqlalchemy import Engine, text
 
-from chatq.settings import mask_secrets
+from chatq.masking import mask_secrets
 from models.db import session_scope
 from models.tables import DeliveryEvent, DeliveryStatus
 from worker.dispatch import WEBHOOK_TASK_NAME as TASK_NAME

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import text
 
-from chatq.settings import mask_secrets
+from chatq.masking import mask_secrets
 from models.db import autocommit_scope
 from worker.dispatch import send_delivery
 
