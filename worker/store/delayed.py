@@ -26,7 +26,8 @@ from worker.store.turns import NextTurn, check_reply_to
 __all__ = ["DEFAULT_RELEASE_LIMIT", "Released", "insert_delayed_turn", "release_due"]
 
 DEFAULT_RELEASE_LIMIT = 100
-"""Turns one `release_due` statement releases at most; the rest wait for the next round."""
+"""Due turns whose sessions one `release_due` statement takes (it releases every due turn of those
+sessions, so it may release more); the rest wait for the next statement."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +70,8 @@ def insert_delayed_turn(
 
 
 def release_due(*, engine: Engine, now: datetime | None = None, limit: int = DEFAULT_RELEASE_LIMIT) -> list[Released]:
-    """Queue the delayed turns due at `now` (None: the database's clock), at most `limit`; one statement.
+    """Queue the delayed turns due at `now` (None: the database's clock) of the sessions of the first
+    `limit` of them that no other statement holds; one statement.
 
     Returns the released turns, committed: the caller sends their task messages.
     """

@@ -179,16 +179,27 @@ RELEASE_DUE = text(
     """
     -- Delayed turns due at :now (NULL: the database's clock) move to `queued`, each with its
     -- session's next position (so it is in order from its due time) and its user message stored.
-    -- SKIP LOCKED on the turn and its session: any number of workers run this at once, each turn is
-    -- released once, and none waits on a submit, cancel or deletion holding either row.
-    WITH due AS (
-        SELECT t.id, t.session_id, t.run_at, t.pending_input
-        FROM turns t JOIN chat_sessions s ON s.id = t.session_id
-        WHERE t.status = 'delayed' AND t.run_at <= coalesce(CAST(:now AS timestamptz), clock_timestamp())
-        ORDER BY t.run_at, t.id
-        LIMIT :limit
-        FOR UPDATE OF t SKIP LOCKED
+    -- Any number of workers run this at once: each takes the sessions of the earliest due turns
+    -- whose row no one holds (SKIP LOCKED: it never waits on a submit, cancel, deletion or another
+    -- release) and releases all their due turns, in due order, so each turn is released once and a
+    -- session's turns never overtake each other. A turn another release queued since this
+    -- statement's snapshot no longer matches once locked (read committed re-checks it).
+    WITH sessions AS (
+        SELECT s.id FROM chat_sessions s
+        WHERE s.id IN (
+            SELECT t.session_id FROM turns t
+            WHERE t.status = 'delayed' AND t.run_at <= coalesce(CAST(:now AS timestamptz), clock_timestamp())
+            ORDER BY t.run_at
+            LIMIT :limit
+        )
         FOR NO KEY UPDATE OF s SKIP LOCKED
+    ),
+    due AS (
+        SELECT t.id, t.session_id, t.run_at, t.pending_input
+        FROM turns t
+        WHERE t.session_id IN (SELECT id FROM sessions)
+          AND t.status = 'delayed' AND t.run_at <= coalesce(CAST(:now AS timestamptz), clock_timestamp())
+        FOR UPDATE OF t SKIP LOCKED
     ),
     counted AS (SELECT session_id, count(*) AS n FROM due GROUP BY session_id),
     taken AS (
@@ -215,7 +226,7 @@ RELEASE_DUE = text(
                CASE WHEN jsonb_typeof(r.images) = 'array' THEN r.images END
         FROM released r
     )
-    SELECT id, session_id, position, queue, reply_to, content, images FROM released
+    SELECT id, session_id, position, queue, reply_to, content, images FROM released ORDER BY session_id, position
     """
 ).bindparams(bindparam("now", value=None))
 
