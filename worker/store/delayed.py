@@ -70,8 +70,8 @@ def insert_delayed_turn(
 
 
 def release_due(*, engine: Engine, now: datetime | None = None, limit: int = DEFAULT_RELEASE_LIMIT) -> list[Released]:
-    """Queue the delayed turns due at `now` (None: the database's clock) of the sessions of the first
-    `limit` of them that no other statement holds; one statement.
+    """Queue the delayed turns due at `now` (None: the statement's start, the database's clock) of the
+    sessions of the first `limit` of them that no other statement holds; one statement.
 
     Returns the released turns, committed: the caller sends their task messages.
     """

@@ -177,7 +177,8 @@ INSERT_DELAYED = text(
 
 RELEASE_DUE = text(
     """
-    -- Delayed turns due at :now (NULL: the database's clock) move to `queued`, each with its
+    -- Delayed turns due at :now (NULL: the statement's start, `now()`: stable, so the partial index
+    -- ix_turns_run_at bounds the scan, which is one index page when nothing is due) move to `queued`, each with its
     -- session's next position (so it is in order from its due time) and its user message stored.
     -- Any number of workers run this at once: each takes the sessions of the earliest due turns
     -- whose row no one holds (SKIP LOCKED: it never waits on a submit, cancel, deletion or another
@@ -188,7 +189,7 @@ RELEASE_DUE = text(
         SELECT s.id FROM chat_sessions s
         WHERE s.id IN (
             SELECT t.session_id FROM turns t
-            WHERE t.status = 'delayed' AND t.run_at <= coalesce(CAST(:now AS timestamptz), clock_timestamp())
+            WHERE t.status = 'delayed' AND t.run_at <= coalesce(CAST(:now AS timestamptz), now())
             ORDER BY t.run_at
             LIMIT :limit
         )
@@ -198,7 +199,7 @@ RELEASE_DUE = text(
         SELECT t.id, t.session_id, t.run_at, t.pending_input
         FROM turns t
         WHERE t.session_id IN (SELECT id FROM sessions)
-          AND t.status = 'delayed' AND t.run_at <= coalesce(CAST(:now AS timestamptz), clock_timestamp())
+          AND t.status = 'delayed' AND t.run_at <= coalesce(CAST(:now AS timestamptz), now())
         FOR UPDATE OF t SKIP LOCKED
     ),
     counted AS (SELECT session_id, count(*) AS n FROM due GROUP BY session_id),

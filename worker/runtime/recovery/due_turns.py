@@ -27,7 +27,7 @@ MAX_ROUNDS = 10
 
 
 def release_due_turns(runtime: Runtime, *, now: datetime | None = None, limit: int = DEFAULT_RELEASE_LIMIT) -> int:
-    """Queue the delayed turns due at `now` (None: the database's clock), publish their `queued`
+    """Queue the delayed turns due at `now` (None: the statement's start, the database's clock), publish their `queued`
     event and send their task messages; returns how many were released. Idle: one indexed query."""
     total = 0
     for _ in range(MAX_ROUNDS):
