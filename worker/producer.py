@@ -144,7 +144,7 @@ class SubmittedTurn:
     created: bool
     """False when the same turn id had already been submitted (idempotent resubmission)."""
     sent: bool = True
-    """False if Redis was unreachable; the sweeper sends the turn later."""
+    """False if Redis was unreachable (the sweeper sends the turn later), or the turn is delayed (sent when due)."""
     cancelled: list[uuid.UUID] = field(default_factory=list)
     """Turns cancelled to make way for this one (IfBusy.INTERRUPT)."""
     run_at: datetime | None = None

@@ -301,7 +301,10 @@ BASE_SCHEMA: dict[str, Any] = {
                     "session_id": {"type": "string", "format": "uuid"},
                     "position": {"type": ["integer", "null"], "description": "null while the turn is delayed"},
                     "created": {"type": "boolean", "description": "false for an idempotent resubmission"},
-                    "sent": {"type": "boolean", "description": "false if Redis was down (the sweeper sends it later)"},
+                    "sent": {
+                        "type": "boolean",
+                        "description": "false if Redis was down (the sweeper sends it later) or the turn is delayed",
+                    },
                     "cancelled": {"type": "array", "items": {"type": "string", "format": "uuid"}},
                     "run_at": {
                         "type": ["string", "null"],
