@@ -6,8 +6,10 @@ after the release is lost."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -25,6 +27,7 @@ from tests.support.turns import replay_events
 from worker.errors import InvalidTurn, TurnConflict
 from worker.producer import cancel_turn, create_session, delete_session, list_turns, submit_turn
 from worker.queries import turn_report
+from worker.runtime.recovery.due_timer import DueTimer
 from worker.runtime.recovery.due_turns import release_due_turns
 from worker.runtime.recovery.sweeper import sweep_once
 from worker.store import turns
@@ -245,3 +248,31 @@ def test_a_lost_send_after_the_release_is_recovered_by_the_sweep(client: redis.R
     report = sweep_once(build_runtime())
     assert report.resent >= 1
     assert _sent(client, turn.turn_id) == Counter({str(turn.turn_id): 1})
+
+
+def test_the_due_timer_runs_its_steps_past_a_failing_one(client: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    failures: list[int] = []
+
+    def broken(runtime: object) -> int:
+        failures.append(1)
+        raise ConnectionError("postgres is down")
+
+    sid = create_session(framework="none", model="echo")
+    turn = submit_turn(sid, "timer", delay=0.2)
+    timer = DueTimer(interval=0.05, runtime=build_runtime(), steps=(broken, release_due_turns))
+    with caplog.at_level(logging.DEBUG, logger="worker.runtime.recovery.due_timer"):
+        timer.start()
+        try:
+            deadline = time.monotonic() + 10
+            while (row := _row(turn.turn_id)) is not None and row.status is TurnStatus.DELAYED:
+                assert time.monotonic() < deadline, "the due timer did not release the turn"
+                time.sleep(0.02)
+        finally:
+            timer.stop()
+            assert timer.join()
+    assert row is not None and row.status is TurnStatus.QUEUED
+    assert _sent(client, turn.turn_id) == Counter({str(turn.turn_id): 1})
+    # The failing step was tried every round, and said so once at WARNING.
+    assert len(failures) >= 2
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "due step broken failed" in r.message]
+    assert len(warnings) == 1
