@@ -106,6 +106,8 @@ class Settings:
     """Claims of one turn before it is declared poison and failed (`CHATQ_MAX_DELIVERIES`)."""
     sweep_interval: float = 10.0
     """Seconds between sweeps, in every worker and under `chatq beat` (`CHATQ_SWEEP_INTERVAL`)."""
+    due_interval: float = 1.0
+    """Seconds between the rounds of every worker's due steps: delayed turns released (`CHATQ_DUE_INTERVAL`)."""
     worker_sweep: bool = True
     """Whether each `chatq worker` runs the sweep on its own timer (`CHATQ_WORKER_SWEEP`, `on`/`off`)."""
     requeue_grace: float = 30.0
@@ -214,6 +216,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         lease_seconds=env_float(env, "CHATQ_LEASE_SECONDS", 30.0, minimum=1.0),
         max_deliveries=env_int(env, "CHATQ_MAX_DELIVERIES", 3, minimum=1),
         sweep_interval=env_float(env, "CHATQ_SWEEP_INTERVAL", 10.0, minimum=0.2),
+        due_interval=env_float(env, "CHATQ_DUE_INTERVAL", 1.0, minimum=0.1),
         worker_sweep=env_switch(env, "CHATQ_WORKER_SWEEP", default=True),
         requeue_grace=env_float(env, "CHATQ_REQUEUE_GRACE", 30.0, minimum=0.0),
         event_retention=env_int(env, "CHATQ_EVENT_RETENTION", 3_600, minimum=600),

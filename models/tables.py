@@ -61,6 +61,12 @@ class TurnStatus(enum.StrEnum):
     AWAITING_APPROVAL = "awaiting_approval"
     """Paused until a person decides on its tool calls (`handlers.approvals`): it holds its session's
     place like a running turn, but no worker, lease or connection."""
+    DELAYED = "delayed"
+    """Stored to run from `run_at` on (`submit_turn(run_at=..., delay=...)`): until then it has no
+    position, no user message (its input waits in `pending_input`) and no place in its session's
+    order, so the session's other turns run past it. When due, a worker's due step moves it to
+    `queued` with the session's next position and stores its user message (`release_due_turns`).
+    A cancel before then ends it `cancelled` with nothing else stored."""
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -72,7 +78,8 @@ class TurnStatus(enum.StrEnum):
 
 
 ACTIVE_STATUSES = (TurnStatus.QUEUED.value, TurnStatus.RUNNING.value, TurnStatus.AWAITING_APPROVAL.value)
-"""The unfinished statuses: a turn in one of them holds its session's place (the partial indexes list them)."""
+"""The unfinished statuses: a turn in one of them holds its session's place (the partial indexes list them).
+A `delayed` turn is unfinished too but holds no place until it is due, so it is not one of them."""
 
 
 class Base(DeclarativeBase):
@@ -140,6 +147,8 @@ class Turn(Base):
             "approval_until",
             postgresql_where=text("status = 'awaiting_approval'"),
         ),
+        # The due steps' scan for delayed turns whose time came (`worker.store.delayed`).
+        Index("ix_turns_run_at", "run_at", postgresql_where=text("status = 'delayed'")),
         Index("ix_turns_created_at", "created_at"),
         # Finding the turns that stopped with a crashed one (`worker.store.claims.record_stops`).
         Index(
@@ -152,7 +161,8 @@ class Turn(Base):
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     session_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("chat_sessions.id", ondelete="CASCADE"))
-    position: Mapped[int] = mapped_column(Integer)
+    position: Mapped[int | None] = mapped_column(Integer)
+    """Its place in the session's order; NULL while `delayed` (it takes the next one when due)."""
     status: Mapped[TurnStatus] = mapped_column(
         Enum(
             TurnStatus,
@@ -198,6 +208,10 @@ class Turn(Base):
     """Where this turn is POSTed when it ends, instead of its session's `webhook_url`."""
     approval_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     """While `awaiting_approval`: when its undecided calls are denied as "timed out" (`CHATQ_APPROVAL_TIMEOUT`)."""
+    run_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """A delayed turn's due time (kept once it is released); NULL for a turn submitted to run now."""
+    pending_input: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    """While `delayed`: its user message (`{"content", "images"}`), stored as a message when it is due."""
 
 
 class StepKind(enum.StrEnum):

@@ -19,13 +19,19 @@ class ChatqCelery(Celery):
         return self.subclass_with_self(Worker)
 
 
-# worker.runtime.recovery.sweep_timer connects the in-worker sweep's signal handlers (loaded at worker start,
-# after the app exists); worker.wiring wires the hooks every worker runs (metrics, logs, webhooks). It
-# is named here, not imported: it imports the runtime, whose modules import this app.
+# worker.runtime.recovery.sweep_timer and .due_timer connect the in-worker sweep's and due steps' signal
+# handlers (loaded at worker start, after the app exists); worker.wiring wires the hooks every worker
+# runs (metrics, logs, webhooks). They are named here, not imported: they import the runtime, whose
+# modules import this app.
 # ChatqEvents: Celery's task-event dispatcher without the race that drops events (chatq.shortcuts.celery_events).
 app = ChatqCelery(
     "chatq",
-    include=["worker.runtime.intake.tasks", "worker.runtime.recovery.sweep_timer", "worker.wiring"],
+    include=[
+        "worker.runtime.intake.tasks",
+        "worker.runtime.recovery.sweep_timer",
+        "worker.runtime.recovery.due_timer",
+        "worker.wiring",
+    ],
     events="chatq.shortcuts.celery_events:ChatqEvents",
 )
 app.config_from_object("celeryconfig")

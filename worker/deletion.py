@@ -89,7 +89,7 @@ IDLE_SESSIONS = text(
     """
     SELECT s.id FROM chat_sessions s
     WHERE s.last_active_at < now() - make_interval(secs => :idle_seconds)
-      AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id AND t.status IN ('queued', 'running'))
+      AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.session_id = s.id AND t.status IN ('queued', 'running', 'delayed'))
     ORDER BY s.last_active_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED

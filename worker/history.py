@@ -224,6 +224,7 @@ def turn_dict(turn: Turn, messages: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "created_at": turn.created_at.isoformat() if turn.created_at else None,
         "started_at": turn.started_at.isoformat() if turn.started_at else None,
         "finished_at": turn.finished_at.isoformat() if turn.finished_at else None,
+        "run_at": turn.run_at.isoformat() if turn.run_at else None,
         "messages": list(messages),
     }
 
@@ -235,7 +236,8 @@ def list_turns(
     (all turns when None), oldest first within the page. SessionNotFound as for `get_session`."""
     _check_limit(limit)
     session_uuid = parse_uuid(str(session_id), "session_id")
-    conditions = [Turn.session_id == session_uuid]
+    # A delayed turn (and one cancelled before it was due) has no position: not in the history yet.
+    conditions = [Turn.session_id == session_uuid, Turn.position.is_not(None)]
     if before is not None:
         (position,) = _decode("t", before, 1)
         if not position.isdigit() or len(position) > 12:
@@ -248,15 +250,16 @@ def list_turns(
         )
         page = list(reversed(rows[:limit]))
         messages: dict[uuid.UUID, list[dict[str, Any]]] = {turn.id: [] for turn in page}
-        if page:
+        first, last = (page[0].position, page[-1].position) if page else (None, None)
+        if first is not None and last is not None:  # every turn of a page has a position (above)
             # The page's turns hold one range of message positions: one scan of the session's
             # (session_id, position) index, as long or short as the page, wherever it lies.
             found = db.execute(
                 select(ChatMessage)
                 .where(
                     ChatMessage.session_id == session_uuid,
-                    ChatMessage.position >= page[0].position * MESSAGE_POSITION_STRIDE,
-                    ChatMessage.position < (page[-1].position + 1) * MESSAGE_POSITION_STRIDE,
+                    ChatMessage.position >= first * MESSAGE_POSITION_STRIDE,
+                    ChatMessage.position < (last + 1) * MESSAGE_POSITION_STRIDE,
                 )
                 .order_by(ChatMessage.position)
             ).scalars()

@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
 from redis import RedisError
@@ -28,6 +29,7 @@ from worker.approvals import Decided, DecidedCalls
 from worker.approvals import decide_tool_call as _decide_tool_call
 from worker.approvals import decide_turn as _decide_turn
 from worker.approvals import pending_approvals as _pending_approvals
+from worker.delays import due_time
 from worker.deletion import DeletedSessionReport
 from worker.deletion import delete_session as _delete_session
 from worker.dispatch import kick_next, send_end_delivery, send_turn
@@ -65,6 +67,8 @@ from worker.schema import explains_missing_schema
 from worker.sessions import KEEP, Keep
 from worker.sessions import update_session as _update_session
 from worker.store import claims, turns
+from worker.store.delayed import insert_delayed_turn
+from worker.store.turns import NextTurn
 from worker.waiting import wait_for_turn as _wait_for_turn
 from worker.webhook_urls import validate_webhook
 
@@ -135,14 +139,16 @@ class SubmittedTurn:
     """The turn's id (= the Celery task id)."""
     session_id: uuid.UUID
     """Its session."""
-    position: int
-    """Its position in the session."""
+    position: int | None
+    """Its position in the session; None while it is delayed (it takes the next one when due)."""
     created: bool
     """False when the same turn id had already been submitted (idempotent resubmission)."""
     sent: bool = True
-    """False if Redis was unreachable; the sweeper sends the turn later."""
+    """False if Redis was unreachable (the sweeper sends the turn later), or the turn is delayed (sent when due)."""
     cancelled: list[uuid.UUID] = field(default_factory=list)
     """Turns cancelled to make way for this one (IfBusy.INTERRUPT)."""
+    run_at: datetime | None = None
+    """When a delayed turn is due (stored `delayed` until then); None: it was queued at once."""
 
 
 @_schema_checked
@@ -212,11 +218,16 @@ def submit_turn(
     queue: str = INTERACTIVE_QUEUE,
     if_busy: IfBusy | str = IfBusy.ENQUEUE,
     webhook: str | None = None,
+    run_at: datetime | None = None,
+    delay: float | None = None,
 ) -> SubmittedTurn:
     """Store a turn as queued (with its user message) and send it to the workers.
 
     With `webhook` (an http(s) URL) the turn is POSTed there when it ends, instead of to its
-    session's webhook.
+    session's webhook. With `run_at` (timezone-aware) or `delay` (seconds), not both, the turn is
+    stored `delayed` and queued when due, at the end of its session's order then (a time not ahead,
+    or a delay of 0, is now). `if_busy` other than enqueue is refused with a delay: the session's
+    state at the due time is not known now, and no one would hear of a refusal then.
     """
     settings = get_settings()
     if queue not in QUEUES:
@@ -233,6 +244,11 @@ def submit_turn(
         reply_to=validate_reply_to(reply_to),
     )
     webhook_url = validate_webhook(webhook, allow_private=settings.webhook_allow_private)
+    due = due_time(run_at, delay)
+    if due is not None:
+        if busy_policy is not IfBusy.ENQUEUE:
+            raise InvalidTurn(f"if_busy {busy_policy.value} cannot be combined with a delay (only enqueue can)")
+        return _submit_delayed(NextTurn(queue=queue, **vars(request)), run_at=due, webhook_url=webhook_url)
     cancelled: list[uuid.UUID] = []
     try:
         if busy_policy is IfBusy.ENQUEUE and webhook_url is None:
@@ -270,6 +286,19 @@ def submit_turn(
     )
 
 
+def _submit_delayed(request: NextTurn, *, run_at: datetime, webhook_url: str | None) -> SubmittedTurn:
+    """Store a turn as `delayed` until `run_at`; nothing is sent or published until it is due."""
+    try:
+        with session_scope() as db:
+            insert_delayed_turn(db, request, run_at=run_at, webhook_url=webhook_url)
+    except TurnExists:
+        return _resubmission(request)
+    log.info("turn %s session %s: delayed until %s", request.turn_id, request.session_id, run_at.isoformat())
+    return SubmittedTurn(
+        turn_id=request.turn_id, session_id=request.session_id, position=None, created=True, sent=False, run_at=run_at
+    )
+
+
 def _apply_busy_policy(db: Any, session_id: uuid.UUID, policy: IfBusy) -> list[uuid.UUID]:
     """reject/interrupt against the session's unfinished turns (the caller holds the session lock)."""
     active = list(db.execute(select(Turn.id).where(Turn.session_id == session_id, turns.unfinished())).scalars())
@@ -300,12 +329,19 @@ def _resubmission(request: TurnRequest) -> SubmittedTurn:
         ).scalar_one_or_none()
     if existing is None:  # it was there a moment ago: its session was deleted since
         raise SessionNotFound(f"session {request.session_id} does not exist")
+    if user is None and existing.pending_input is not None:  # delayed: its message is stored when due
+        user = existing.pending_input.get("content")
     if existing.session_id != request.session_id or user != request.content:
         # One answer whoever owns the turn and whatever differs: naming its session (or saying
         # whether it is in this one) would tell a tenant about another tenant's turn.
         raise TurnConflict(used_turn_id(request.turn_id))
     return SubmittedTurn(
-        turn_id=existing.id, session_id=existing.session_id, position=existing.position, created=False, sent=False
+        turn_id=existing.id,
+        session_id=existing.session_id,
+        position=existing.position,
+        created=False,
+        sent=False,
+        run_at=existing.run_at,
     )
 
 
@@ -341,9 +377,10 @@ class Cancellation:
 
 @_schema_checked
 def cancel_turn(turn_id: uuid.UUID | str, *, tenant: str | None = None) -> Cancellation:
-    """Cancel a queued or running turn; says whether this call cancelled it or it already was.
+    """Cancel a queued, delayed or running turn; says whether this call cancelled it or it already was.
 
-    A queued turn ends `cancelled` at once and never runs. A running one is asked to stop: its
+    A queued or delayed turn ends `cancelled` at once and never runs (a delayed one stores nothing
+    more). A running one is asked to stop: its
     worker notices within about a second, closes the model request it waits on (even one that has
     sent nothing), stores nothing of the turn and ends it. With `tenant`, another tenant's turn is
     not found.

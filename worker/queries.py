@@ -52,7 +52,13 @@ def turn_report(turn_id: uuid.UUID | str, *, tenant: str | None = None) -> dict[
                 select(TurnStep).where(TurnStep.turn_id == turn_uuid).order_by(TurnStep.seq)
             ).scalars()
         ]
-        return {**turn_dict(turn, [message_dict(row) for row in messages]), "steps": steps, "webhook": webhook}
+        return {
+            **turn_dict(turn, [message_dict(row) for row in messages]),
+            "steps": steps,
+            "webhook": webhook,
+            # A delayed turn's user message (`{"content", "images"}`), stored as a message when it is due.
+            "pending_input": turn.pending_input,
+        }
 
 
 def _step_dict(step: TurnStep) -> dict[str, Any]:

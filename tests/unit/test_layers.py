@@ -168,6 +168,7 @@ WORKER_SHARED = {
         "log_context",
         "markers",
         "unacked",
+        "delays",
     )
 }
 # The session side: what a producer (a web app that only submits) loads; never the runtime.
@@ -303,6 +304,7 @@ RUNTIME_EDGES = {
     "worker/runtime/intake/tasks.py",  # the Celery task bodies
     "worker/runtime/intake/deadletter.py",  # the broker transport's refusals (Celery's consumer)
     "worker/runtime/recovery/sweep_timer.py",  # the worker_ready signal that starts the sweeps
+    "worker/runtime/recovery/due_timer.py",  # the worker_ready signal that starts the due steps
 }
 # Where the runtime's connections are used, never fetched: no get_engine()/get_redis() and no scope
 # without the engine it runs on (the lease keeper renews on the engine it was built with).

@@ -1,7 +1,7 @@
 """`chatq submit|watch|show|cancel|usage`: a turn from the command line, from its submission to its usage.
 
     chatq submit SESSION TEXT [--turn-id ID] [--image PATH]... [--reply-to MSG] [--if-busy ...]
-                 [--webhook URL] [--follow] [--json]
+                 [--webhook URL] [--at ISO8601 | --in DURATION] [--follow] [--json]
     chatq watch [SESSION] [--turn TURN] [--json]
     chatq show TURN [--json]
     chatq cancel TURN
@@ -40,6 +40,9 @@ def register(sub: Any) -> None:
     submit.add_argument("--reply-to", type=int, metavar="MSG", help="answer this earlier user message (regenerate)")
     submit.add_argument("--if-busy", default="enqueue", choices=["enqueue", "reject", "interrupt"])
     submit.add_argument("--webhook", metavar="URL", help="POST this turn here when it ends, instead of the session's")
+    when = submit.add_mutually_exclusive_group()
+    when.add_argument("--at", type=_at, metavar="ISO8601", help="run from this time (with its offset, e.g. ...+00:00)")
+    when.add_argument("--in", dest="delay", type=_in, metavar="DURATION", help="run after 90, 90s, 5m, 2h or 1d")
     submit.add_argument("--follow", action="store_true", help="stream the reply; exit 0 on success, 1 on failure")
     submit.add_argument("--json", action="store_true", help="print JSON (with --follow: one event per line)")
     submit.set_defaults(func=cmd_submit)
@@ -70,6 +73,28 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, default=str))
 
 
+def _at(value: str) -> Any:
+    """--at: an ISO 8601 time with its offset (a usage error otherwise)."""
+    from worker.delays import parse_at
+    from worker.errors import InvalidTurn
+
+    try:
+        return parse_at(value)
+    except InvalidTurn as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _in(value: str) -> float:
+    """--in: a duration, `90`, `90s`, `5m`, `2h` or `1d` (a usage error otherwise)."""
+    from worker.delays import parse_in
+    from worker.errors import InvalidTurn
+
+    try:
+        return parse_in(value)
+    except InvalidTurn as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _image_ref(value: str) -> str:
     """An --image argument: a URL as is, or a local file turned into a data: URL."""
     if value.startswith(("http://", "https://", "data:image/")):
@@ -95,6 +120,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         turn_id=args.turn_id,
         if_busy=args.if_busy,
         webhook=args.webhook,
+        run_at=args.at,
+        delay=args.delay,
     )
     if not args.follow:
         if args.json:
@@ -104,6 +131,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
                     "session_id": str(turn.session_id),
                     "position": turn.position,
                     "created": turn.created,
+                    "run_at": turn.run_at.isoformat() if turn.run_at else None,
                 }
             )
         else:
@@ -172,8 +200,11 @@ def cmd_show(args: argparse.Namespace) -> int:
         _print_json(report)
         return EXIT_OK
     usage = report["usage"]
-    print(f"turn     {report['id']}  (session {report['session_id']}, position {report['position']})")
+    position = "no position until due" if report["position"] is None else f"position {report['position']}"
+    print(f"turn     {report['id']}  (session {report['session_id']}, {position})")
     print(f"status   {report['status']}  after {report['attempts']} attempt(s)")
+    if report.get("run_at"):
+        print(f"run at   {report['run_at']}")
     if report["error"]:
         print(f"error    {report['error']}")
     print(
@@ -191,6 +222,8 @@ def cmd_show(args: argparse.Namespace) -> int:
             print(f"[{label}] calls {calls}")
         if message["content"] or not message["tool_calls"]:
             print(f"[{label}] {message['content']}")
+    if report.get("pending_input"):
+        print(f"[user, when due] {report['pending_input'].get('content')}")
     return EXIT_OK
 
 

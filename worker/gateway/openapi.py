@@ -279,6 +279,18 @@ BASE_SCHEMA: dict[str, Any] = {
                         "format": "uri",
                         "description": "http(s) URL this turn is POSTed to when it ends, instead of the session's",
                     },
+                    "run_at": {
+                        "type": ["string", "null"],
+                        "format": "date-time",
+                        "description": "ISO 8601 time with its offset: the turn is stored `delayed` and queued "
+                        "then, at the end of its session's order (a time not ahead: now). Not with `delay`, "
+                        "nor with if_busy other than enqueue",
+                    },
+                    "delay": {
+                        "type": ["number", "null"],
+                        "minimum": 0,
+                        "description": "seconds from now, as `run_at` (0: now)",
+                    },
                 },
             },
             "SubmittedTurn": {
@@ -287,10 +299,18 @@ BASE_SCHEMA: dict[str, Any] = {
                 "properties": {
                     "turn_id": {"type": "string", "format": "uuid"},
                     "session_id": {"type": "string", "format": "uuid"},
-                    "position": {"type": "integer"},
+                    "position": {"type": ["integer", "null"], "description": "null while the turn is delayed"},
                     "created": {"type": "boolean", "description": "false for an idempotent resubmission"},
-                    "sent": {"type": "boolean", "description": "false if Redis was down (the sweeper sends it later)"},
+                    "sent": {
+                        "type": "boolean",
+                        "description": "false if Redis was down (the sweeper sends it later) or the turn is delayed",
+                    },
                     "cancelled": {"type": "array", "items": {"type": "string", "format": "uuid"}},
+                    "run_at": {
+                        "type": ["string", "null"],
+                        "format": "date-time",
+                        "description": "a delayed turn's due time (null: queued at once)",
+                    },
                     "links": {"type": "object", "additionalProperties": {"type": "string"}},
                 },
             },
@@ -320,10 +340,18 @@ BASE_SCHEMA: dict[str, Any] = {
                 "properties": {
                     "id": {"type": "string", "format": "uuid"},
                     "session_id": {"type": "string", "format": "uuid"},
-                    "position": {"type": "integer"},
+                    "position": {"type": ["integer", "null"], "description": "null while delayed"},
                     "status": {
                         "type": "string",
-                        "enum": ["queued", "running", "awaiting_approval", "succeeded", "failed", "cancelled"],
+                        "enum": [
+                            "delayed",
+                            "queued",
+                            "running",
+                            "awaiting_approval",
+                            "succeeded",
+                            "failed",
+                            "cancelled",
+                        ],
                     },
                     "attempts": {"type": "integer"},
                     "error": {"type": ["string", "null"]},
@@ -331,7 +359,16 @@ BASE_SCHEMA: dict[str, Any] = {
                     "created_at": {"type": ["string", "null"], "format": "date-time"},
                     "started_at": {"type": ["string", "null"], "format": "date-time"},
                     "finished_at": {"type": ["string", "null"], "format": "date-time"},
+                    "run_at": {
+                        "type": ["string", "null"],
+                        "format": "date-time",
+                        "description": "when a delayed turn is due",
+                    },
                     "messages": {"type": "array", "items": {"$ref": "#/components/schemas/Message"}},
+                    "pending_input": {
+                        "type": ["object", "null"],
+                        "description": "while delayed: its user message (`content`, `images`), stored when due",
+                    },
                     "steps": {
                         "type": "array",
                         "description": "the turn's journal of finished steps (docs/contract.md, 'Durable steps')",

@@ -166,7 +166,8 @@ ROUTES: list[Endpoint] = [
             "Stores the turn as queued with its user message, then sends it to the workers. 202 for a new "
             "turn; 200 when `turn_id` names a turn already submitted with the same content (idempotent). "
             "With Redis down the turn is still stored, so the answer is 202 with `sent: false` (not 503): "
-            "the sweeper sends it once Redis answers again, and a client must not submit it a second time."
+            "the sweeper sends it once Redis answers again, and a client must not submit it a second time. "
+            "With `run_at` or `delay` it is stored `delayed` (no position, nothing sent) and queued when due."
         ),
         tags=("turns",),
         body="NewTurn",

@@ -41,7 +41,7 @@ def turns_from(session_id: uuid.UUID, position: int) -> list[tuple[str, int]]:
             .where(Turn.session_id == session_id, Turn.position >= position)
             .order_by(Turn.position)
         ).all()
-    return [(str(turn_id), int(pos)) for turn_id, pos in rows]
+    return [(str(turn_id), int(pos)) for turn_id, pos in rows if pos is not None]
 
 
 def position_of(session_id: uuid.UUID, turn_id: str) -> int | None:
@@ -80,4 +80,4 @@ def session_start(session_id: uuid.UUID) -> tuple[int, list[tuple[str, int]]]:
             )
             .order_by(Turn.position)
         ).all()
-    return start, [(str(turn_id), int(pos)) for turn_id, pos in recent]
+    return start, [(str(turn_id), int(pos)) for turn_id, pos in recent if pos is not None]

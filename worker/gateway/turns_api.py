@@ -22,6 +22,7 @@ MAX_APPROVALS = 1000
 
 async def submit_turn(call: Call) -> Response:
     """Submit a turn (a user message) to a session."""
+    from worker.delays import parse_at
     from worker.producer import SubmittedTurn, get_session
     from worker.producer import submit_turn as submit
 
@@ -38,12 +39,24 @@ async def submit_turn(call: Call) -> Response:
     if images is not None and not isinstance(images, list):
         raise HTTPException(422, f"images must be a list of URLs or null, got {type(images).__name__}")
     webhook = optional_str(data, "webhook")
+    run_at, delay = optional_str(data, "run_at"), data.get("delay")
+    if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int | float)):
+        raise HTTPException(422, f"delay must be a number of seconds or null, got {type(delay).__name__}")
+    due = None if run_at is None else parse_at(run_at)  # InvalidTurn: 422
 
     def run() -> SubmittedTurn:
         if tenant is not None:
             get_session(session_id, tenant=tenant)  # another tenant's session: 404, as if it did not exist
         return submit(
-            session_id, content, images=images, reply_to=reply_to, turn_id=turn_id, if_busy=if_busy, webhook=webhook
+            session_id,
+            content,
+            images=images,
+            reply_to=reply_to,
+            turn_id=turn_id,
+            if_busy=if_busy,
+            webhook=webhook,
+            run_at=due,
+            delay=delay,
         )
 
     turn = await threaded(run)
@@ -55,6 +68,7 @@ async def submit_turn(call: Call) -> Response:
         "created": turn.created,
         "sent": turn.sent,
         "cancelled": [str(other) for other in turn.cancelled],
+        "run_at": turn.run_at.isoformat() if turn.run_at else None,
         "links": links,
     }
     return JSONResponse(body, status_code=202 if turn.created else 200, headers={"Location": links["turn"]})

@@ -162,6 +162,76 @@ INSERT_TURN = text(
 ).bindparams(bindparam("images", type_=JSONB), bindparam("reply_to", type_=BigInteger))
 
 
+INSERT_DELAYED = text(
+    """
+    -- A turn to run from :run_at on: no position and no user message yet (its input waits in
+    -- `pending_input`), so it holds no place in its session's order until RELEASE_DUE.
+    INSERT INTO turns (id, session_id, position, status, queue, reply_to, webhook_url, run_at, pending_input)
+    SELECT :turn_id, s.id, NULL, 'delayed', :queue, :reply_to, :webhook_url, :run_at, :pending_input
+    FROM chat_sessions s WHERE s.id = :session_id
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id
+    """
+).bindparams(bindparam("pending_input", type_=JSONB), bindparam("reply_to", type_=BigInteger))
+
+
+RELEASE_DUE = text(
+    """
+    -- Delayed turns due at :now (NULL: the statement's start, `now()`: stable, so the partial index
+    -- ix_turns_run_at bounds the scan, which is one index page when nothing is due) move to `queued`, each with its
+    -- session's next position (so it is in order from its due time) and its user message stored.
+    -- Any number of workers run this at once: each takes the sessions of the earliest due turns
+    -- whose row no one holds (SKIP LOCKED: it never waits on a submit, cancel, deletion or another
+    -- release) and releases all their due turns, in due order, so each turn is released once and a
+    -- session's turns never overtake each other. A turn another release queued since this
+    -- statement's snapshot no longer matches once locked (read committed re-checks it).
+    WITH sessions AS (
+        SELECT s.id FROM chat_sessions s
+        WHERE s.id IN (
+            SELECT t.session_id FROM turns t
+            WHERE t.status = 'delayed' AND t.run_at <= coalesce(CAST(:now AS timestamptz), now())
+            ORDER BY t.run_at
+            LIMIT :limit
+        )
+        FOR NO KEY UPDATE OF s SKIP LOCKED
+    ),
+    due AS (
+        SELECT t.id, t.session_id, t.run_at, t.pending_input
+        FROM turns t
+        WHERE t.session_id IN (SELECT id FROM sessions)
+          AND t.status = 'delayed' AND t.run_at <= coalesce(CAST(:now AS timestamptz), now())
+        FOR UPDATE OF t SKIP LOCKED
+    ),
+    counted AS (SELECT session_id, count(*) AS n FROM due GROUP BY session_id),
+    taken AS (
+        UPDATE chat_sessions s SET next_turn_position = s.next_turn_position + c.n
+        FROM counted c WHERE s.id = c.session_id
+        RETURNING s.id, s.next_turn_position - c.n AS first
+    ),
+    placed AS (
+        SELECT d.id, d.pending_input,
+               taken.first + row_number() OVER (PARTITION BY d.session_id ORDER BY d.run_at, d.id) - 1 AS position
+        FROM due d JOIN taken ON taken.id = d.session_id
+    ),
+    released AS (
+        UPDATE turns t
+        SET status = 'queued', position = placed.position, pending_input = NULL, enqueued_at = clock_timestamp()
+        FROM placed
+        WHERE t.id = placed.id
+        RETURNING t.id, t.session_id, t.position, t.queue, t.reply_to,
+                  placed.pending_input ->> 'content' AS content, placed.pending_input -> 'images' AS images
+    ),
+    message AS (
+        INSERT INTO chat_messages (session_id, turn_id, position, role, content, images)
+        SELECT r.session_id, r.id, r.position * :stride, 'user', r.content,
+               CASE WHEN jsonb_typeof(r.images) = 'array' THEN r.images END
+        FROM released r
+    )
+    SELECT id, session_id, position, queue, reply_to, content, images FROM released ORDER BY session_id, position
+    """
+).bindparams(bindparam("now", value=None))
+
+
 RECORD_STOPS = text(
     """
     UPDATE turns t
@@ -202,13 +272,17 @@ FINISH_DELIVERY = text(
 
 CANCEL = text(
     f"""
-    -- A queued or paused turn ends now; a running one is asked to stop (its worker ends it, `finish_turn`).
+    -- A queued, delayed or paused turn ends now; a running one is asked to stop (its worker ends it,
+    -- `finish_turn`). A delayed one keeps no position and gets no user message: nothing else is stored.
     WITH changed AS (
         UPDATE turns
         SET cancel_requested = true,
-            status = CASE WHEN status IN ('queued', 'awaiting_approval') THEN 'cancelled' ELSE status END,
-            finished_at = CASE WHEN status IN ('queued', 'awaiting_approval') THEN now() ELSE finished_at END
-        WHERE id = ANY(:turn_ids) AND status {UNFINISHED_SQL}
+            status = CASE WHEN status IN ('queued', 'delayed', 'awaiting_approval') THEN 'cancelled'
+                          ELSE status END,
+            finished_at = CASE WHEN status IN ('queued', 'delayed', 'awaiting_approval') THEN now()
+                               ELSE finished_at END,
+            pending_input = NULL
+        WHERE id = ANY(:turn_ids) AND (status {UNFINISHED_SQL} OR status = 'delayed')
         RETURNING id, status
     ),
     hooked AS ({end_delivery_sql("changed", where="e.status = 'cancelled'")})
