@@ -37,6 +37,7 @@ from worker.markers import still_waiting
 from worker.runtime.intake import bindings
 from worker.runtime.observers.hook_points import SweepRepaired, SweepResent
 from worker.runtime.recovery import terminal_repair
+from worker.runtime.recovery.schedule_firing import fire_due_schedules
 from worker.runtime.webhooks.recovery import resend_lost_deliveries
 from worker.store import approvals, claims
 from worker.store.turns import NextTurn, runs_next
@@ -63,6 +64,8 @@ class SweepReport:
     """Paused turns whose approval deadline passed: their calls denied "timed out", the turns sent again."""
     webhooks: int = 0
     """Webhook deliveries whose task message was lost, sent again."""
+    scheduled: int = 0
+    """Turns created by due schedules (`fire_schedules`)."""
 
     def as_dict(self) -> dict[str, int]:
         """JSON form for the task result and logs."""
@@ -73,6 +76,7 @@ class SweepReport:
             "repaired": self.repaired,
             "timed_out": self.timed_out,
             "webhooks": self.webhooks,
+            "scheduled": self.scheduled,
         }
 
 
@@ -106,6 +110,7 @@ def sweep_once(runtime: Runtime) -> SweepReport:
     if resend:
         log.info("sweeper re-sent %d turn(s), %d after an expired lease", len(resend), len(expired))
     repaired = repair_terminal_events(runtime)
+    scheduled = fire_schedules(runtime)
     return SweepReport(
         resent=len(resend),
         expired_leases=len(expired),
@@ -113,7 +118,24 @@ def sweep_once(runtime: Runtime) -> SweepReport:
         repaired=repaired,
         timed_out=time_out_approvals(runtime),
         webhooks=resend_lost_deliveries(runtime),
+        scheduled=scheduled,
     )
+
+
+def fire_schedules(runtime: Runtime) -> int:
+    """Turns for the schedules due now (`worker.runtime.recovery.schedule_firing`); until the due
+    timer runs it every second, the sweep does, so ticks are at most a sweep interval late."""
+    try:
+        return fire_due_schedules(
+            engine=runtime.engine,
+            client=runtime.redis,
+            grace=runtime.settings.schedule_misfire_grace,
+            retention=runtime.settings.event_retention,
+            hooks=runtime.hooks,
+        )
+    except Exception as exc:  # as for the repair: the next pass fires what is still due
+        log.warning("schedules not fired (next pass tries again): %s", mask_secrets(str(exc))[:300])
+        return 0
 
 
 def time_out_approvals(runtime: Runtime) -> int:
