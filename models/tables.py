@@ -143,6 +143,12 @@ class Turn(Base):
         Index("ix_turns_created_at", "created_at"),
         # A schedule's last runs, and whether its previous run is still unfinished (overlap=skip).
         Index("ix_turns_schedule", "schedule_id", "created_at", postgresql_where=text("schedule_id IS NOT NULL")),
+        # overlap=skip's question per tick, which must not scan a long-running schedule's history.
+        Index(
+            "ix_turns_schedule_active",
+            "schedule_id",
+            postgresql_where=text("schedule_id IS NOT NULL AND status IN ('queued', 'running', 'awaiting_approval')"),
+        ),
         # Finding the turns that stopped with a crashed one (`worker.store.claims.record_stops`).
         Index(
             "ix_turns_stopped",

@@ -70,9 +70,17 @@ def upgrade() -> None:
         ["schedule_id", "created_at"],
         postgresql_where=sa.text("schedule_id IS NOT NULL"),
     )
+    # overlap=skip asks per tick whether the previous run is unfinished: only unfinished runs indexed.
+    op.create_index(
+        "ix_turns_schedule_active",
+        "turns",
+        ["schedule_id"],
+        postgresql_where=sa.text("schedule_id IS NOT NULL AND status IN ('queued', 'running', 'awaiting_approval')"),
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ix_turns_schedule_active", table_name="turns")
     op.drop_index("ix_turns_schedule", table_name="turns", postgresql_where=sa.text("schedule_id IS NOT NULL"))
     op.drop_constraint(op.f("fk_turns_schedule_id_schedules"), "turns", type_="foreignkey")
     op.drop_column("turns", "schedule_id")
