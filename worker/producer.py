@@ -62,8 +62,8 @@ from worker.payload import (
     validate_reply_to,
     validate_system_prompt,
 )
+from worker.schedule_records import Schedule, ScheduleRun
 from worker.schedule_times import Misfire, Overlap
-from worker.schedules import Schedule, ScheduleRun
 from worker.schedules import create_schedule as _create_schedule
 from worker.schedules import delete_schedule as _delete_schedule
 from worker.schedules import get_schedule as _get_schedule

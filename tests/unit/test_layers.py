@@ -164,6 +164,7 @@ WORKER_SHARED = {
         "history",
         "sessions",
         "schedule_times",
+        "schedule_records",
         "waiting",
         "webhook_urls",
         "log_context",

@@ -31,8 +31,8 @@ from worker.errors import SessionNotFound, TurnExists
 from worker.events import EventType, TurnEvents
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest
 from worker.runtime.observers.hook_points import ScheduleFired, ServiceHooks
+from worker.schedule_records import timing_of
 from worker.schedule_times import Misfire, Overlap, plan_ticks
-from worker.schedules import timing_of
 from worker.store import claims, turns
 
 __all__ = ["FIRE_LIMIT", "fire_due_schedules", "tick_turn_id"]
