@@ -112,6 +112,9 @@ class Settings:
     """Whether each `chatq worker` runs the sweep on its own timer (`CHATQ_WORKER_SWEEP`, `on`/`off`)."""
     requeue_grace: float = 30.0
     """Seconds a runnable queued turn may wait before the sweeper re-sends it (`CHATQ_REQUEUE_GRACE`)."""
+    schedule_misfire_grace: float = 10.0
+    """Seconds a schedule's tick may be late and still run as usual; later ones follow its misfire
+    policy (`CHATQ_SCHEDULE_MISFIRE_GRACE`, docs/contract.md "Schedules")."""
     event_retention: int = 3_600
     """Seconds a turn's replay stream is kept after its last event (`CHATQ_EVENT_RETENTION`)."""
     text_coalesce_ms: float = 0.0
@@ -219,6 +222,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         due_interval=env_float(env, "CHATQ_DUE_INTERVAL", 1.0, minimum=0.1),
         worker_sweep=env_switch(env, "CHATQ_WORKER_SWEEP", default=True),
         requeue_grace=env_float(env, "CHATQ_REQUEUE_GRACE", 30.0, minimum=0.0),
+        schedule_misfire_grace=env_float(env, "CHATQ_SCHEDULE_MISFIRE_GRACE", 10.0, minimum=0.0),
         event_retention=env_int(env, "CHATQ_EVENT_RETENTION", 3_600, minimum=600),
         text_coalesce_ms=env_float(env, "CHATQ_TEXT_COALESCE_MS", 0.0, minimum=0.0),
         worker_concurrency=concurrency,

@@ -150,6 +150,14 @@ class Turn(Base):
         # The due steps' scan for delayed turns whose time came (`worker.store.delayed`).
         Index("ix_turns_run_at", "run_at", postgresql_where=text("status = 'delayed'")),
         Index("ix_turns_created_at", "created_at"),
+        # A schedule's last runs, and whether its previous run is still unfinished (overlap=skip).
+        Index("ix_turns_schedule", "schedule_id", "created_at", postgresql_where=text("schedule_id IS NOT NULL")),
+        # overlap=skip's question per tick, which must not scan a long-running schedule's history.
+        Index(
+            "ix_turns_schedule_active",
+            "schedule_id",
+            postgresql_where=text("schedule_id IS NOT NULL AND status IN ('queued', 'running', 'awaiting_approval')"),
+        ),
         # Finding the turns that stopped with a crashed one (`worker.store.claims.record_stops`).
         Index(
             "ix_turns_stopped",
@@ -212,6 +220,8 @@ class Turn(Base):
     """A delayed turn's due time (kept once it is released); NULL for a turn submitted to run now."""
     pending_input: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     """While `delayed`: its user message (`{"content", "images"}`), stored as a message when it is due."""
+    schedule_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("schedules.id", ondelete="SET NULL"))
+    """The schedule whose tick created this turn (docs/contract.md, "Schedules"); NULL: submitted."""
 
 
 class StepKind(enum.StrEnum):
@@ -548,3 +558,41 @@ class WebhookDelivery(Base):
     resends: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     """How often the sweep sent its message again; the next re-send waits CHATQ_REQUEUE_GRACE times
     2 to that power (at most 20 graces), so copies do not pile up while no worker takes them."""
+
+
+class Schedule(Base):
+    """A turn submitted again and again: on a cron expression or every N seconds (docs/contract.md, "Schedules")."""
+
+    __tablename__ = "schedules"
+    __table_args__ = (
+        # The firers' scan: enabled schedules by when they are due.
+        Index("ix_schedules_due", "next_run_at", postgresql_where=text("enabled")),
+        Index("ix_schedules_tenant_created", "tenant", "created_at", "id"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
+    name: Mapped[str | None] = mapped_column(String(200))
+    tenant: Mapped[str | None] = mapped_column(String(64))
+    """The tenant that owns it (its session's, or the creating token's); NULL: created without one."""
+    session_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("chat_sessions.id", ondelete="CASCADE"), index=True)
+    """Each run is a turn of this session; NULL: each run is a new session made from `session_template`."""
+    session_template: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    """create_session's arguments (framework, model, system_prompt, metadata) for each run's new session."""
+    content: Mapped[str] = mapped_column(Text)
+    cron: Mapped[str | None] = mapped_column(String(200))
+    every_seconds: Mapped[float | None] = mapped_column(Numeric(asdecimal=False))
+    timezone: Mapped[str] = mapped_column(String(64), default="UTC", server_default="UTC")
+    overlap: Mapped[str] = mapped_column(String(16), default="skip", server_default="skip")
+    misfire: Mapped[str] = mapped_column(String(16), default="once", server_default="once")
+    start_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    end_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    max_runs: Mapped[int | None] = mapped_column(Integer)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default=text("true"))
+    next_run_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """The next tick's instant; NULL once the schedule is done (end_at or max_runs reached)."""
+    runs: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    """Turns created so far (skipped ticks not counted)."""
+    skipped: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    """Ticks skipped because the previous run was unfinished (overlap=skip) or missed (misfire)."""
+    last_run_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

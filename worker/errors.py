@@ -38,6 +38,14 @@ class InvalidTurn(ChatqError):
     """The turn is invalid and was not run."""
 
 
+class InvalidSchedule(InvalidTurn):
+    """The schedule is invalid (cron, zone, period, session template); nothing was stored."""
+
+
+class ScheduleNotFound(ChatqError):
+    """No schedule has this id (for this tenant)."""
+
+
 class InvalidCursor(InvalidTurn):
     """The page cursor is not one this list handed out."""
 

@@ -63,6 +63,16 @@ from worker.payload import (
     validate_reply_to,
     validate_system_prompt,
 )
+from worker.schedule_records import Schedule, ScheduleRun
+from worker.schedule_times import Misfire, Overlap
+from worker.schedules import create_schedule as _create_schedule
+from worker.schedules import delete_schedule as _delete_schedule
+from worker.schedules import get_schedule as _get_schedule
+from worker.schedules import list_schedules as _list_schedules
+from worker.schedules import pause_schedule as _pause_schedule
+from worker.schedules import resume_schedule as _resume_schedule
+from worker.schedules import schedule_runs as _schedule_runs
+from worker.schedules import update_schedule as _update_schedule
 from worker.schema import explains_missing_schema
 from worker.sessions import KEEP, Keep
 from worker.sessions import update_session as _update_session
@@ -80,19 +90,31 @@ __all__ = [
     "DeletedSessionReport",
     "IfBusy",
     "Keep",
+    "Misfire",
+    "Overlap",
+    "Schedule",
+    "ScheduleRun",
     "SessionPage",
     "SubmittedTurn",
     "TurnPage",
     "cancel_turn",
+    "create_schedule",
     "create_session",
     "decide_tool_call",
     "decide_turn",
+    "delete_schedule",
     "delete_session",
+    "get_schedule",
     "get_session",
+    "list_schedules",
     "list_sessions",
     "list_turns",
+    "pause_schedule",
     "pending_approvals",
+    "resume_schedule",
+    "schedule_runs",
     "submit_turn",
+    "update_schedule",
     "update_session",
     "wait_for_turn",
 ]
@@ -118,6 +140,13 @@ wait_for_turn = _schema_checked(_wait_for_turn)
 decide_tool_call = _schema_checked(_decide_tool_call)
 decide_turn = _schema_checked(_decide_turn)
 pending_approvals = _schema_checked(_pending_approvals)
+# Schedules (`worker.schedules`; docs/contract.md, "Schedules"): the workers fire them.
+list_schedules = _schema_checked(_list_schedules)
+get_schedule = _schema_checked(_get_schedule)
+pause_schedule = _schema_checked(_pause_schedule)
+resume_schedule = _schema_checked(_resume_schedule)
+delete_schedule = _schema_checked(_delete_schedule)
+schedule_runs = _schema_checked(_schedule_runs)
 
 
 class IfBusy(enum.StrEnum):
@@ -430,5 +459,79 @@ def update_session(
         webhook=webhook,
         approval=approval,
         tenant=tenant,
+        settings=get_settings(),
+    )
+
+
+@_schema_checked
+def create_schedule(
+    *,
+    content: str,
+    session_id: uuid.UUID | str | None = None,
+    session_template: Mapping[str, Any] | None = None,
+    cron: str | None = None,
+    every: float | None = None,
+    timezone: str = "UTC",
+    overlap: Overlap | str = Overlap.SKIP,
+    misfire: Misfire | str = Misfire.ONCE,
+    start_at: datetime | str | None = None,
+    end_at: datetime | str | None = None,
+    max_runs: int | None = None,
+    enabled: bool = True,
+    name: str | None = None,
+    tenant: str | None = None,
+    now: datetime | None = None,
+) -> Schedule:
+    """Store a schedule the workers fire (`worker.schedules.create_schedule`; docs/contract.md, "Schedules")."""
+    return _create_schedule(
+        content=content,
+        session_id=session_id,
+        session_template=session_template,
+        cron=cron,
+        every=every,
+        timezone=timezone,
+        overlap=overlap,
+        misfire=misfire,
+        start_at=start_at,
+        end_at=end_at,
+        max_runs=max_runs,
+        enabled=enabled,
+        name=name,
+        tenant=tenant,
+        now=now,
+        settings=get_settings(),
+    )
+
+
+@_schema_checked
+def update_schedule(
+    schedule_id: uuid.UUID | str,
+    *,
+    content: str | Keep = KEEP,
+    cron: str | Keep | None = KEEP,
+    every: float | Keep | None = KEEP,
+    timezone: str | Keep = KEEP,
+    overlap: Overlap | str | Keep = KEEP,
+    misfire: Misfire | str | Keep = KEEP,
+    end_at: datetime | str | Keep | None = KEEP,
+    max_runs: int | Keep | None = KEEP,
+    name: str | Keep | None = KEEP,
+    tenant: str | None = None,
+    now: datetime | None = None,
+) -> Schedule:
+    """Change what is given (`worker.schedules.update_schedule`)."""
+    return _update_schedule(
+        schedule_id,
+        content=content,
+        cron=cron,
+        every=every,
+        timezone=timezone,
+        overlap=overlap,
+        misfire=misfire,
+        end_at=end_at,
+        max_runs=max_runs,
+        name=name,
+        tenant=tenant,
+        now=now,
         settings=get_settings(),
     )

@@ -163,6 +163,8 @@ WORKER_SHARED = {
         "envfile",
         "history",
         "sessions",
+        "schedule_times",
+        "schedule_records",
         "waiting",
         "webhook_urls",
         "log_context",
@@ -172,7 +174,7 @@ WORKER_SHARED = {
     )
 }
 # The session side: what a producer (a web app that only submits) loads; never the runtime.
-WORKER_SESSION_SIDE = {f"worker.{name}" for name in ("producer", "deletion", "dispatch", "approvals")}
+WORKER_SESSION_SIDE = {f"worker.{name}" for name in ("producer", "deletion", "dispatch", "approvals", "schedules")}
 WORKER_ROOMS = ("store", "runtime", "ops", "cli", "gateway")
 ROOM_MAY_NOT_IMPORT = {
     "shared": {"store", "runtime", "ops", "cli", "gateway", "session", "entry"},

@@ -34,6 +34,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "worker.cli.batch_cli",
     "worker.gateway.command",
     "worker.cli.kb_cli",
+    "worker.cli.schedule_cli",
     "worker.cli.session_cli",
 )
 """Modules with a `register(subparsers)` function that add more `chatq` subcommands."""

@@ -11,6 +11,8 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
+from worker.gateway.schedule_schemas import SCHEDULE_PARAMETERS, SCHEDULE_SCHEMAS
+
 EVENT_EXAMPLE = (
     'id: 7\ndata: {"v":1,"type":"text","session_id":"...","turn_id":"...","attempt":1,"seq":7,'
     '"ts":1764450000.123,"text":"next chunk"}\n\n'
@@ -49,6 +51,7 @@ BASE_SCHEMA: dict[str, Any] = {
                 "required": True,
                 "schema": {"type": "string", "format": "uuid"},
             },
+            **SCHEDULE_PARAMETERS,
             "TurnId": {
                 "name": "turn_id",
                 "in": "path",
@@ -134,6 +137,7 @@ BASE_SCHEMA: dict[str, Any] = {
             },
         },
         "schemas": {
+            **SCHEDULE_SCHEMAS,
             "Error": {
                 "type": "object",
                 "required": ["error"],

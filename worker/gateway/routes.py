@@ -12,7 +12,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
-from worker.gateway import sessions_api, site, streams, turns_api
+from worker.gateway import schedules_api, sessions_api, site, streams, turns_api
 from worker.gateway.openapi import base_schema
 from worker.gateway.routing import Call, Endpoint, json_content, openapi_paths
 
@@ -292,6 +292,74 @@ ROUTES: list[Endpoint] = [
         parameters=_EVENT_STREAM_PARAMS,
         responses={**_EVENT_STREAM, "204": {"description": "the turn ended at or before Last-Event-ID"}},
         errors=(422,),
+    ),
+    Endpoint(
+        method="GET",
+        path="/schedules",
+        handler=schedules_api.list_schedules,
+        summary="List schedules",
+        description="Newest first; a tenant's token lists only its tenant's schedules.",
+        tags=("schedules",),
+        responses={"200": json_content("the schedules", "ScheduleList")},
+    ),
+    Endpoint(
+        method="POST",
+        path="/schedules",
+        handler=schedules_api.create_schedule,
+        summary="Create a schedule",
+        description=(
+            "A turn submitted on a cron expression (in `timezone`) or `every` N seconds, fired by the "
+            "workers: exactly one of `session_id` (each run a turn of that session) and `session_template` "
+            '(each run a new session), exactly one of `cron` and `every`. docs/contract.md, "Schedules".'
+        ),
+        tags=("schedules",),
+        body="NewSchedule",
+        responses={"201": json_content("the new schedule", "Schedule")},
+    ),
+    Endpoint(
+        method="GET",
+        path="/schedules/{schedule_id}",
+        handler=schedules_api.show_schedule,
+        summary="Show a schedule",
+        description="With `next_run_at` and `last_runs`: its latest turns and their status.",
+        tags=("schedules",),
+        responses={"200": json_content("the schedule", "Schedule")},
+    ),
+    Endpoint(
+        method="PATCH",
+        path="/schedules/{schedule_id}",
+        handler=schedules_api.update_schedule,
+        summary="Change a schedule",
+        description="Only the fields given change; a new timing sets the next tick from now.",
+        tags=("schedules",),
+        body="ScheduleChange",
+        responses={"200": json_content("the schedule after the change", "Schedule")},
+    ),
+    Endpoint(
+        method="DELETE",
+        path="/schedules/{schedule_id}",
+        handler=schedules_api.delete_schedule,
+        summary="Delete a schedule",
+        description="The turns it made stay (their `schedule_id` becomes null).",
+        tags=("schedules",),
+        responses={"200": {"description": "the schedule is gone"}},
+    ),
+    Endpoint(
+        method="POST",
+        path="/schedules/{schedule_id}/pause",
+        handler=schedules_api.pause_schedule,
+        summary="Pause a schedule",
+        tags=("schedules",),
+        responses={"200": json_content("the paused schedule", "Schedule")},
+    ),
+    Endpoint(
+        method="POST",
+        path="/schedules/{schedule_id}/resume",
+        handler=schedules_api.resume_schedule,
+        summary="Resume a schedule",
+        description="It fires again from its next tick after now; ticks missed while paused do not run.",
+        tags=("schedules",),
+        responses={"200": json_content("the resumed schedule", "Schedule")},
     ),
 ]
 """Every endpoint, in the order Starlette matches them (rows without a summary are not documented)."""

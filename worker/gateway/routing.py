@@ -26,7 +26,11 @@ from worker.gateway.state import Gateway, check_fields, gateway_of, path_uuid
 
 __all__ = ["Call", "Endpoint", "Handler", "body_fields", "json_content", "openapi_paths"]
 
-PATH_IDS: dict[str, tuple[str, str]] = {"session_id": ("session", "SessionId"), "turn_id": ("turn", "TurnId")}
+PATH_IDS: dict[str, tuple[str, str]] = {
+    "session_id": ("session", "SessionId"),
+    "turn_id": ("turn", "TurnId"),
+    "schedule_id": ("schedule", "ScheduleId"),
+}
 """Path parameters that name an object: (what a bad one is called in the 404, its OpenAPI parameter)."""
 
 _EVENT_STREAM_SECURITY: list[dict[str, list[str]]] = [{"bearer": []}, {"accessToken": []}]
@@ -43,7 +47,7 @@ class Call:
     tenant: str | None
     """The tenant the token is scoped to; None for an admin token, an unauthenticated gateway or a public endpoint."""
     ids: Mapping[str, uuid.UUID] = field(default_factory=dict)
-    """The path's ids by parameter name (`session_id`, `turn_id`), parsed."""
+    """The path's ids by parameter name (`session_id`, `turn_id`, `schedule_id`), parsed."""
     data: dict[str, Any] = field(default_factory=dict)
     """The JSON body (an object with only the request schema's fields); `{}` without a body."""
 
@@ -56,6 +60,11 @@ class Call:
     def turn_id(self) -> uuid.UUID:
         """The path's turn id."""
         return self.ids["turn_id"]
+
+    @property
+    def schedule_id(self) -> uuid.UUID:
+        """The path's schedule id."""
+        return self.ids["schedule_id"]
 
 
 Handler = Callable[[Call], Awaitable[Response]]

@@ -20,6 +20,7 @@ cannot be bound is logged as an error; the worker runs on without the endpoint.
 | chatq_approval_wait_seconds | histogram | outcome | a tool call's pause to its decision: approved, denied, timed_out |
 | chatq_turns_in_flight | gauge | | turns this worker (every process of `chatq worker`) is running now |
 | chatq_sweeper_actions_total | counter | action | resent (lost messages) and expired_lease (dead workers) |
+| chatq_schedule_runs_total | counter | outcome | schedule ticks: run (a turn created) or skipped (overlap, misfire) |
 | chatq_messages_set_aside_total | counter | queue | malformed queue items refused and moved to `chatq.dead` |
 | chatq_queue_depth | gauge | queue | messages waiting in Redis per queue, read at scrape time |
 | chatq_provider_requests_total | counter | model | turns given a slot under the model's limits |
@@ -79,6 +80,9 @@ APPROVAL_WAIT_SECONDS = Histogram(
 # livesum: under `chatq worker` the processes' values add up, and a process that died counts no more.
 IN_FLIGHT = Gauge("chatq_turns_in_flight", "Turns this worker is running now.", multiprocess_mode="livesum")
 SWEEPER = Counter("chatq_sweeper_actions_total", "Sweeper actions.", ["action"])
+SCHEDULE_RUNS = Counter(
+    "chatq_schedule_runs_total", "Schedule ticks: run (a turn created) or skipped (overlap, misfire).", ["outcome"]
+)
 WEBHOOK_ATTEMPTS = Counter(
     "chatq_webhook_attempts_total",
     "Webhook delivery attempts, by outcome: delivered, retry, failed (POSTs), refused (no POST: the address rule).",
@@ -122,6 +126,10 @@ class MetricsHooks(hooks.TurnHooks):
 
     def sweep_repaired(self, event: hook_points.SweepRepaired) -> None:
         SWEEPER.labels("repaired_event").inc(event.events)
+
+    def schedule_fired(self, event: hook_points.ScheduleFired) -> None:
+        SCHEDULE_RUNS.labels("run").inc(event.runs)
+        SCHEDULE_RUNS.labels("skipped").inc(event.skipped)
 
     def webhook_attempt(self, event: hook_points.WebhookAttempt) -> None:
         if event.seconds is not None:

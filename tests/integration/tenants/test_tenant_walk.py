@@ -74,15 +74,17 @@ def _client(base_url: str, token: str) -> httpx.Client:
 
 @dataclass(frozen=True, kw_only=True)
 class Objects:
-    """What a tenant owns: a session, a queued turn in it, the turn's user message, a knowledge base."""
+    """What a tenant owns: a session, a queued turn in it, the turn's user message, a knowledge base,
+    a schedule on the session."""
 
     session: str
     turn: str
     message: str
     knowledge_base: str
+    schedule: str
 
     def ids(self) -> dict[str, str]:
-        return {"s": self.session, "t": self.turn, "m": self.message, "kb": self.knowledge_base}
+        return {"s": self.session, "t": self.turn, "m": self.message, "kb": self.knowledge_base, "sc": self.schedule}
 
 
 def _owned_by(client: httpx.Client, tenant: str) -> Objects:
@@ -97,7 +99,15 @@ def _owned_by(client: httpx.Client, tenant: str) -> Objects:
     message = str(shown.json()["messages"][0]["id"])
     knowledge_base = f"{tenant}-docs-{uuid.uuid4().hex[:8]}"
     create_knowledge_base(knowledge_base, tenant=tenant)
-    return Objects(session=session, turn=turn, message=message, knowledge_base=knowledge_base)
+    scheduled = client.post("/schedules", json={"session_id": session, "content": "tick", "every": 3600})
+    assert scheduled.status_code == 201, scheduled.text
+    return Objects(
+        session=session,
+        turn=turn,
+        message=message,
+        knowledge_base=knowledge_base,
+        schedule=scheduled.json()["id"],
+    )
 
 
 def _nowhere() -> Objects:
@@ -106,6 +116,7 @@ def _nowhere() -> Objects:
         turn=str(uuid.uuid4()),
         message=str(9_000_000_000_000_000 + secrets.randbelow(10**15)),
         knowledge_base=f"nowhere-{uuid.uuid4().hex[:8]}",
+        schedule=str(uuid.uuid4()),
     )
 
 
@@ -167,6 +178,13 @@ PROBES = [
     Probe(method="POST", path="/turns/{t}/approvals", body={"call_id": "c1", "approve": False, "reason": "no"}),
     Probe(method="POST", path="/turns/{t}/approvals", body={"approve": "yes"}, invalid=True),
     Probe(method="POST", path="/turns/{t}/cancel"),
+    Probe(method="GET", path="/schedules/{sc}"),
+    Probe(method="POST", path="/schedules", body={"session_id": "{s}", "content": "mine now", "every": 3600}),
+    Probe(method="PATCH", path="/schedules/{sc}", body={"name": "probe"}),
+    Probe(method="PATCH", path="/schedules/{sc}", body={"unknown": 1}, invalid=True),
+    Probe(method="POST", path="/schedules/{sc}/pause"),
+    Probe(method="POST", path="/schedules/{sc}/resume"),
+    Probe(method="DELETE", path="/schedules/{sc}"),
     Probe(method="DELETE", path="/sessions/{s}"),
 ]
 
@@ -214,7 +232,13 @@ def test_another_tenants_objects_answer_exactly_as_objects_that_do_not_exist(bas
         theirs = _owned_by(acme, ACME)
         mine = _owned_by(globex, GLOBEX)
         # The routes that name an object are all walked (a new one must be added here).
-        walked = {(p.method, p.path.replace("{s}", "{session_id}").replace("{t}", "{turn_id}")) for p in PROBES}
+        walked = {
+            (
+                p.method,
+                p.path.replace("{s}", "{session_id}").replace("{t}", "{turn_id}").replace("{sc}", "{schedule_id}"),
+            )
+            for p in PROBES
+        }
         for route in admin.get("/openapi.json").json()["paths"].items():
             path, operations = route
             if "{" in path:
@@ -234,6 +258,10 @@ def test_another_tenants_objects_answer_exactly_as_objects_that_do_not_exist(bas
         assert acme.get(f"/turns/{theirs.turn}").json()["status"] == "queued"
         assert acme.get(f"/sessions/{theirs.session}").json()["metadata"] == {}
         assert acme.get(f"/sessions/{theirs.session}").json()["knowledge_bases"] == []
+        theirs_scheduled = acme.get(f"/schedules/{theirs.schedule}").json()
+        assert (theirs_scheduled["name"], theirs_scheduled["enabled"]) == (None, True)
+        listed_schedules = {s["id"] for s in globex.get("/schedules").json()["schedules"]}
+        assert theirs.schedule not in listed_schedules
         # A queued turn awaits no decision: its own tenant is told so (409), nothing changed.
         assert acme.post(f"/turns/{theirs.turn}/approvals", json={"approve": True}).status_code == 409
         # The chat page's session list (and any list) holds only the tenant's own sessions.

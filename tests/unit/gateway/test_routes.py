@@ -19,7 +19,7 @@ from worker.gateway.app import create_app
 from worker.gateway.config import GatewaySettings
 from worker.gateway.openapi import BASE_SCHEMA
 from worker.gateway.routes import ROUTES
-from worker.gateway.routing import Endpoint
+from worker.gateway.routing import PATH_IDS, Endpoint
 
 TOKEN = "routes-test-token"
 Document = dict[str, Any]
@@ -47,7 +47,9 @@ def document(client: TestClient) -> Document:
 
 
 def _filled(path: str) -> str:
-    return path.replace("{session_id}", "not-a-uuid").replace("{turn_id}", "not-a-uuid")
+    for name in PATH_IDS:
+        path = path.replace("{" + name + "}", "not-a-uuid")
+    return path
 
 
 def test_every_row_is_served_and_every_documented_row_is_in_the_document_and_nothing_else(
@@ -80,13 +82,13 @@ def test_every_row_naming_an_object_parses_its_id_after_the_token(
     document: Document,
 ) -> None:
     answer = client.request(row.method, _filled(row.path), headers={"Authorization": f"Bearer {TOKEN}"})
-    kind = "session" if "{session_id}" in row.path else "turn"
+    kind = PATH_IDS[row.path_ids[0]][0]
     assert answer.status_code == 404
     assert answer.json() == {"error": f"no such {kind}: 'not-a-uuid' is not a UUID"}
     operation = document[row.path][row.method.lower()]
     assert "404" in operation["responses"]
     assert [p["$ref"].rsplit("/", 1)[1] for p in operation["parameters"]][: len(row.path_ids)] == [
-        {"session_id": "SessionId", "turn_id": "TurnId"}[name] for name in row.path_ids
+        {"session_id": "SessionId", "turn_id": "TurnId", "schedule_id": "ScheduleId"}[name] for name in row.path_ids
     ]
 
 
@@ -99,7 +101,9 @@ def test_every_row_with_a_body_accepts_exactly_its_schemas_fields(
     assert row.body is not None
     fields = sorted(BASE_SCHEMA["components"]["schemas"][row.body]["properties"])
     nil = "00000000-0000-0000-0000-000000000000"
-    path = row.path.replace("{session_id}", nil).replace("{turn_id}", nil)
+    path = row.path
+    for name in PATH_IDS:
+        path = path.replace("{" + name + "}", nil)
     answer = client.request(row.method, path, json={"bogus": 1}, headers={"Authorization": f"Bearer {TOKEN}"})
     assert answer.status_code == 422
     assert answer.json() == {"error": f"unknown field(s): bogus; expected some of: {', '.join(fields)}"}

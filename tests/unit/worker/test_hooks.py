@@ -110,6 +110,7 @@ def test_the_registry_offers_every_point_of_the_base_class() -> None:
         "slot_wait",
         "sweep_resent",
         "sweep_repaired",
+        "schedule_fired",
         "webhook_attempt",
         "message_set_aside",
     }

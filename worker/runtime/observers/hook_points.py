@@ -14,6 +14,7 @@ __all__ = [
     "MessageSetAside",
     "ProviderAdmitted",
     "ProviderRefused",
+    "ScheduleFired",
     "ServiceEmitter",
     "ServiceHooks",
     "SlotWait",
@@ -72,6 +73,18 @@ class SweepRepaired:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ScheduleFired:
+    """A firing pass handled one due schedule (`worker.runtime.recovery.schedule_firing`)."""
+
+    schedule_id: object
+    """The schedule (a UUID)."""
+    runs: int
+    """Turns it created."""
+    skipped: int
+    """Due ticks that made no turn (overlap skip, misfire)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class WebhookAttempt:
     """A webhook delivery attempt ended."""
 
@@ -109,6 +122,9 @@ class ServiceHooks:
     def sweep_repaired(self, event: SweepRepaired) -> None:
         """A sweep published missing terminal events."""
 
+    def schedule_fired(self, event: ScheduleFired) -> None:
+        """A due schedule was fired."""
+
     def webhook_attempt(self, event: WebhookAttempt) -> None:
         """A webhook attempt ended."""
 
@@ -136,6 +152,9 @@ class ServiceEmitter(ServiceHooks):
 
     def sweep_repaired(self, event: SweepRepaired) -> None:
         self._emit("sweep_repaired", event)
+
+    def schedule_fired(self, event: ScheduleFired) -> None:
+        self._emit("schedule_fired", event)
 
     def webhook_attempt(self, event: WebhookAttempt) -> None:
         self._emit("webhook_attempt", event)

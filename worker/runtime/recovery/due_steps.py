@@ -5,7 +5,7 @@ worker process; it returns how many things it fired, for the log). Each must be 
 is due (one indexed query), safe to run in every worker at once (each item fired once: take due
 rows with `FOR UPDATE SKIP LOCKED`), and send its task messages only after its commit, leaving
 lost ones to the sweep. A step that raises is logged and tried again next round; the other steps
-still run. To add one (e.g. schedules), import it here and append it to `DUE_STEPS`.
+still run. To add one, import it here and append it to `DUE_STEPS`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from worker.runtime.recovery.due_turns import release_due_turns
+from worker.runtime.recovery.schedule_firing import fire_schedules
 
 if TYPE_CHECKING:
     from worker.runtime.delivery.process import Runtime
@@ -23,5 +24,6 @@ DueStep = Callable[["Runtime"], int]
 
 DUE_STEPS: tuple[DueStep, ...] = (
     release_due_turns,  # delayed turns (`submit_turn(run_at=..., delay=...)`)
+    fire_schedules,  # schedules' ticks (`create_schedule`)
 )
 """The steps every worker runs each round, in this order."""
