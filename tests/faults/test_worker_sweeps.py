@@ -49,9 +49,7 @@ def sweeping(worker_env: dict[str, str]) -> Iterator[Workers]:
 def workers(sweeping: Workers) -> Iterator[Workers]:
     """Two live sweeping workers for each test: the module's pair (a start-up costs seconds of
     CPU), topped up when a test before killed one."""
-    missing = 2 - len(sweeping.alive)
-    if missing > 0:
-        sweeping.start(missing)
+    sweeping.top_up(2)
     yield sweeping
     print(sweeping.logs())  # shown only when the test failed
 
