@@ -63,6 +63,17 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     running_test.item = item
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How many real workers each test file started (tests.support.workers; the pytest-xdist
+    processes' own counts are not seen here)."""
+    from tests.support.workers import launches
+
+    if launches:
+        terminalreporter.write_sep("-", f"real worker start-ups: {sum(launches.values())}")
+        for path, count in launches.most_common():
+            terminalreporter.write_line(f"{count:4d} {path}")
+
+
 @pytest.fixture(autouse=True)
 def _test_started() -> None:
     """Note when each test starts (tests.support.broker counts only messages taken since)."""

@@ -82,6 +82,14 @@ class Workers:
             worker.wait_ready()
         return batch
 
+    def top_up(self, count: int) -> list[Worker]:
+        """Start workers until `count` of this pool's are alive; those `count`, oldest first (a
+        module's tests share a pool: a start-up costs seconds of CPU)."""
+        missing = count - len(self.alive)
+        if missing > 0:
+            self.start(missing)
+        return self.alive[:count]
+
     def one(self, **kwargs: Any) -> Worker:
         """Start one worker and wait until it is ready."""
         return self.start(1, **kwargs)[0]

@@ -5,23 +5,43 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from sqlalchemy import func, select
 
 from models.db import session_scope
 from models.tables import ChatMessage, Turn, TurnStatus
-from tests.faults.helpers import STUB_MODEL, Workers, event_types, wait_finished, wait_for_event, wait_status
+from tests.faults.helpers import STUB_MODEL, Worker, Workers, event_types, wait_finished, wait_for_event, wait_status
 from tests.support.openai_stub import OpenAIStub
 from tests.support.turns import replay_events, turn_messages
 from worker.errors import SessionBusy
 from worker.producer import cancel_turn, create_session, submit_turn
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("worker")]
 
 SLOW = "[words: 60] [slow: 0.1]"
 """About six seconds of streaming."""
+
+
+@pytest.fixture(scope="module")
+def module_worker(worker_env: dict[str, str]) -> Iterator[Worker]:
+    """One worker for the module: its tests are about cancelling through the producer (each on
+    sessions of its own), not about the worker's life, and a start-up costs seconds of CPU."""
+    pool = Workers(worker_env)
+    try:
+        yield pool.one()
+    finally:
+        pool.kill_all()
+
+
+@pytest.fixture
+def worker(module_worker: Worker) -> Iterator[Worker]:
+    """The module's worker, alive at the start of each test; the end of its log is printed after
+    the test (shown only when it failed)."""
+    assert module_worker.alive, module_worker.log()[-3000:]
+    yield module_worker
+    print(f"--- worker {module_worker.name} ---\n{module_worker.log()[-3000:]}")
 
 
 def _counts(session_id: uuid.UUID) -> tuple[int, int]:
@@ -39,8 +59,7 @@ def _ran_after(later: Turn, earlier: Turn) -> bool:
 
 
 @pytest.mark.timeout(60)
-def test_a_queued_turn_cancelled_never_runs_and_the_session_moves_on(workers: Workers, redis_url: str) -> None:
-    workers.one()
+def test_a_queued_turn_cancelled_never_runs_and_the_session_moves_on(redis_url: str) -> None:
     session_id = create_session(framework="langgraph", model=STUB_MODEL)
     ahead = submit_turn(session_id, "first, slowly [words: 20] [slow: 0.1]")
     queued = submit_turn(session_id, "never mind this one")
@@ -64,8 +83,7 @@ def test_a_queued_turn_cancelled_never_runs_and_the_session_moves_on(workers: Wo
 
 
 @pytest.mark.timeout(60)
-def test_a_running_turn_cancelled_stops_within_two_seconds_and_stores_nothing(workers: Workers, redis_url: str) -> None:
-    workers.one()
+def test_a_running_turn_cancelled_stops_within_two_seconds_and_stores_nothing(redis_url: str) -> None:
     session_id = create_session(framework="langgraph", model=STUB_MODEL)
     running = submit_turn(session_id, f"go on and on {SLOW}")
     following = submit_turn(session_id, "the next question [words: 3]")
@@ -100,9 +118,8 @@ STALL_SECONDS = 60.0
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("framework", ["langgraph", "plain_openai"])
 def test_a_turn_whose_model_sends_nothing_is_cancelled_at_once(
-    workers: Workers, redis_url: str, openai_stub: OpenAIStub, framework: str
+    redis_url: str, openai_stub: OpenAIStub, framework: str
 ) -> None:
-    workers.one()
     session_id = create_session(framework=framework, model=STUB_MODEL)
     marker = uuid.uuid4().hex
     silent = submit_turn(session_id, f"think hard {marker} [sleep: {STALL_SECONDS:g}]")
@@ -140,10 +157,7 @@ def _wait_until(condition: Callable[[], bool], *, timeout: float) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_if_busy_reject_stores_nothing_and_interrupt_replaces_the_running_turn(
-    workers: Workers, redis_url: str
-) -> None:
-    workers.one()
+def test_if_busy_reject_stores_nothing_and_interrupt_replaces_the_running_turn(redis_url: str) -> None:
     session_id = create_session(framework="langgraph", model=STUB_MODEL)
     busy = submit_turn(session_id, f"a long one {SLOW}")
     wait_for_event(redis_url, busy.turn_id, "text", count=2, timeout=20)

@@ -5,27 +5,48 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
-from tests.faults.helpers import STUB_MODEL, Workers, wait_finished, wait_for_event
+from tests.faults.helpers import STUB_MODEL, Worker, Workers, wait_finished, wait_for_event
 from tests.support.openai_stub import OpenAIStub
 from tests.support.turns import replay_events, turn_messages
 from worker.producer import create_session, submit_turn
 
 pytestmark = pytest.mark.slow
 
+
+@pytest.fixture(scope="module")
+def pool(worker_env: dict[str, str]) -> Iterator[Workers]:
+    """The module's workers (a start-up costs seconds of CPU); killed after the module."""
+    workers = Workers(worker_env)
+    try:
+        yield workers
+    finally:
+        workers.kill_all()
+
+
+@pytest.fixture
+def pair(pool: Workers) -> Iterator[list[Worker]]:
+    """Two live workers for each test: the one a test stopped is replaced, the other kept."""
+    yield pool.top_up(2)
+    print(pool.logs())  # shown only when the test failed
+
+
 WORDS, SLOW = 80, 0.1
 """The turn streams for about WORDS * SLOW seconds."""
 
 
 @pytest.mark.timeout(90)
-def test_sigterm_hands_the_running_turn_back_and_another_worker_finishes_it(workers: Workers, redis_url: str) -> None:
-    first, second = workers.start(2)
+def test_sigterm_hands_the_running_turn_back_and_another_worker_finishes_it(
+    pool: Workers, pair: list[Worker], redis_url: str
+) -> None:
+    first, second = pair
     session_id = create_session(framework="langgraph", model=STUB_MODEL)
     turn = submit_turn(session_id, f"a long answer please [words: {WORDS}] [slow: {SLOW}]")
     wait_for_event(redis_url, turn.turn_id, "text", count=5, timeout=30)
-    leaving = workers.owner_of(turn.turn_id)
+    leaving = pool.owner_of(turn.turn_id)
     staying = second if leaving is first else first
 
     stopped_at = time.monotonic()
@@ -64,9 +85,9 @@ STALL_SECONDS = 60.0
 
 @pytest.mark.timeout(120)
 def test_sigterm_hands_back_a_turn_whose_model_sends_nothing_at_once(
-    workers: Workers, redis_url: str, openai_stub: OpenAIStub
+    pool: Workers, pair: list[Worker], redis_url: str, openai_stub: OpenAIStub
 ) -> None:
-    first, second = workers.start(2)
+    first, second = pair
     session_id = create_session(framework="langgraph", model=STUB_MODEL)
     key = uuid.uuid4().hex
     turn = submit_turn(session_id, f"think it over [sleep-once: {key} {STALL_SECONDS:g}] [words: 4]")
@@ -75,7 +96,7 @@ def test_sigterm_hands_back_a_turn_whose_model_sends_nothing_at_once(
     while not any(key in json.dumps(body) for body in openai_stub.requests):
         assert time.monotonic() < deadline, "the model never got the request"
         time.sleep(0.05)
-    leaving = workers.owner_of(turn.turn_id)
+    leaving = pool.owner_of(turn.turn_id)
     staying = second if leaving is first else first
 
     stopped_at = time.monotonic()

@@ -34,16 +34,24 @@ UNREACHABLE_REDIS = "redis://127.0.0.1:1/0"
 """Nothing listens on port 1: a producer using it stores its turn but cannot send it."""
 
 
-@pytest.fixture
-def workers(worker_env: dict[str, str]) -> Iterator[Workers]:
+@pytest.fixture(scope="module")
+def sweeping(worker_env: dict[str, str]) -> Iterator[Workers]:
     """Workers that sweep by themselves, as every `chatq worker` does by default (the suite's
-    other workers do not: tests/support/workers.py's TEST_ENV)."""
+    other workers do not: tests/support/workers.py's TEST_ENV); killed after the module."""
     pool = Workers({**worker_env, "CHATQ_WORKER_SWEEP": "on"})
     try:
         yield pool
     finally:
         pool.kill_all()
-        print(pool.logs())  # shown only when the test failed
+
+
+@pytest.fixture
+def workers(sweeping: Workers) -> Iterator[Workers]:
+    """Two live sweeping workers for each test: the module's pair (a start-up costs seconds of
+    CPU), topped up when a test before killed one."""
+    sweeping.top_up(2)
+    yield sweeping
+    print(sweeping.logs())  # shown only when the test failed
 
 
 def _deliveries(workers: Workers, turn_id: uuid.UUID) -> int:
@@ -55,7 +63,6 @@ def _deliveries(workers: Workers, turn_id: uuid.UUID) -> int:
 def test_a_turn_submitted_while_redis_was_down_runs_once_with_only_workers(
     workers: Workers, worker_env: dict[str, str], redis_url: str
 ) -> None:
-    workers.start(2)
     session_id = create_session(framework="langgraph", model=STUB_MODEL)
     submitted = chatq(
         {**worker_env, "REDIS_URL": UNREACHABLE_REDIS}, "submit", str(session_id), "hello [words: 3]", timeout=60
@@ -77,12 +84,12 @@ def test_a_turn_submitted_while_redis_was_down_runs_once_with_only_workers(
     assert types.count("started") == 1 and types.count("final") == 1 and types[-1] == "final"
     # Two workers sweep every second; one sweep at a time sends the turn once, and no second message follows.
     assert _deliveries(workers, turn_id) == 1
-    assert all(worker.alive for worker in workers.started)
+    assert len(workers.alive) == 2
 
 
 @pytest.mark.timeout(120)
 def test_a_sigkilled_workers_turn_is_taken_over_once_with_only_workers(workers: Workers, redis_url: str) -> None:
-    first, second = workers.start(2)
+    first, second = workers.alive
     session_id = create_session(framework="langgraph", model=STUB_MODEL)
     turn = submit_turn(session_id, "tell me a long story [words: 40] [slow: 0.1]")
     wait_for_event(redis_url, turn.turn_id, "text", count=5, timeout=30)

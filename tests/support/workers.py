@@ -10,6 +10,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,10 @@ TEST_ENV = {
 
 
 _launched: list[WorkerProcess] = []
+
+launches: Counter[str] = Counter()
+"""Real worker start-ups per test file (a start-up costs ~2.5 CPU-seconds; tests/conftest.py
+prints them at the end of a run without pytest-xdist, to see where a run's CPU goes)."""
 
 
 class _RunningTest:
@@ -133,6 +138,7 @@ class WorkerProcess(ManagedProcess):
                 command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         _launched.append(self)
+        launches[item.path.relative_to(ROOT).as_posix() if item is not None else "(no test)"] += 1
         return self
 
     def wait_ready(self, *, timeout: float = 60.0) -> WorkerProcess:

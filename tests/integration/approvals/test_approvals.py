@@ -195,18 +195,18 @@ def test_the_session_policy_is_validated_and_applies_to_tools_that_do_not_ask(
 def test_the_command_line_lists_approves_and_denies(
     in_process: InProcessWorker, openai_stub: OpenAIStub, chatq_env: dict[str, str], tmp_path: Path
 ) -> None:
-    from tests.support.cli import chatq
+    from tests.support.cli import chatq_here
 
     out = tmp_path / "out.txt"
     turn_id, call_id, _ = _pause("plain_openai", out)
-    listed = chatq(chatq_env, "pending")
+    listed = chatq_here(chatq_env, "pending")
     assert listed.returncode == 0 and f"{turn_id}  {call_id}  {APPROVED}" in listed.stdout
-    refused = chatq(chatq_env, "approve", str(turn_id), call_id, "--args", "[1]")
+    refused = chatq_here(chatq_env, "approve", str(turn_id), call_id, "--args", "[1]")
     assert refused.returncode != 0 and "--args must be a JSON object" in refused.stderr
-    approved = chatq(chatq_env, "approve", str(turn_id))
+    approved = chatq_here(chatq_env, "approve", str(turn_id))
     assert approved.returncode == 0, approved.stderr
     assert "the turn resumes" in approved.stdout
     assert wait_for_turn(turn_id).status.value == "succeeded"
-    again = chatq(chatq_env, "deny", str(turn_id), call_id, "--reason", "late")
+    again = chatq_here(chatq_env, "deny", str(turn_id), call_id, "--reason", "late")
     assert again.returncode != 0 and "not awaiting approval" in again.stderr
     assert len(lines(out)) == 1

@@ -1,4 +1,5 @@
-"""`chatq kb ...` as a user runs it: real subprocesses against the test database."""
+"""`chatq kb ...` as a user runs it, against the test database: its `main` in this process
+(`tests.support.cli.chatq_here`), and the core of the first test as real subprocesses."""
 
 from __future__ import annotations
 
@@ -13,16 +14,13 @@ from sqlalchemy import func, select
 from models.db import session_scope
 from models.knowledge import session_knowledge_bases
 from models.tables import ChatSession
-from tests.support.cli import chatq
+from tests.support.cli import chatq, chatq_here
 from tests.support.factories import create_session
 from tests.support.knowledge import REFUNDS, SHIPPING
 
-# Each test runs `chatq` subprocesses.
-pytestmark = pytest.mark.slow
-
 
 def _ok(env: dict[str, str], *args: str) -> str:
-    result = chatq(env, *args)
+    result = chatq_here(env, *args)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -40,16 +38,20 @@ def kb(chatq_env: dict[str, str]) -> str:
     return name
 
 
+@pytest.mark.slow  # `chatq kb add` and `kb search` as real subprocesses
 def test_create_add_search(chatq_env: dict[str, str], kb: str, tmp_path: Path) -> None:
     refunds, shipping = tmp_path / "refunds.md", tmp_path / "shipping.txt"
     refunds.write_text(REFUNDS)
     shipping.write_text(SHIPPING)
-    out = _ok(chatq_env, "kb", "add", kb, str(refunds), str(shipping))
-    lines = out.splitlines()
+    added = chatq(chatq_env, "kb", "add", kb, str(refunds), str(shipping))
+    assert added.returncode == 0, added.stderr
+    lines = added.stdout.splitlines()
     assert lines[0].startswith("added") and "'Refund policy'  (2 chunks)" in lines[0]
     assert lines[1].startswith("added") and "'shipping'  (1 chunk)" in lines[1]
 
-    found = _ok(chatq_env, "kb", "search", kb, "express shipping").splitlines()
+    searched = chatq(chatq_env, "kb", "search", kb, "express shipping")
+    assert searched.returncode == 0, searched.stderr
+    found = searched.stdout.splitlines()
     assert found[0].startswith("1. shipping  (document ")
     assert "**Express** **shipping**" in found[1]
 
@@ -79,17 +81,17 @@ def test_adding_the_same_file_again_updates_it(chatq_env: dict[str, str], kb: st
 
 
 def test_errors_are_one_line(chatq_env: dict[str, str], kb: str, tmp_path: Path) -> None:
-    _one_line_error(chatq(chatq_env, "kb", "add", kb, str(tmp_path / "missing.md")), "file not found:")
-    _one_line_error(chatq(chatq_env, "kb", "add", "no-such-kb", str(tmp_path)), "not a file")
+    _one_line_error(chatq_here(chatq_env, "kb", "add", kb, str(tmp_path / "missing.md")), "file not found:")
+    _one_line_error(chatq_here(chatq_env, "kb", "add", "no-such-kb", str(tmp_path)), "not a file")
     good = tmp_path / "good.md"
     good.write_text("hello")
-    _one_line_error(chatq(chatq_env, "kb", "add", "no-such-kb", str(good)), "unknown knowledge base: no-such-kb")
-    _one_line_error(chatq(chatq_env, "kb", "search", "no-such-kb", "x"), "unknown knowledge base: no-such-kb")
-    _one_line_error(chatq(chatq_env, "kb", "create", kb), "already exists")
-    _one_line_error(chatq(chatq_env, "kb", "search", kb, "x", "--limit", "0"), "--limit must be between 1 and 50")
-    _one_line_error(chatq(chatq_env, "kb", "attach", str(uuid.uuid4()), kb), "does not exist")
-    _one_line_error(chatq(chatq_env, "kb", "attach", "not-a-session", kb), "not a session id")
-    usage = chatq(chatq_env, "kb")
+    _one_line_error(chatq_here(chatq_env, "kb", "add", "no-such-kb", str(good)), "unknown knowledge base: no-such-kb")
+    _one_line_error(chatq_here(chatq_env, "kb", "search", "no-such-kb", "x"), "unknown knowledge base: no-such-kb")
+    _one_line_error(chatq_here(chatq_env, "kb", "create", kb), "already exists")
+    _one_line_error(chatq_here(chatq_env, "kb", "search", kb, "x", "--limit", "0"), "--limit must be between 1 and 50")
+    _one_line_error(chatq_here(chatq_env, "kb", "attach", str(uuid.uuid4()), kb), "does not exist")
+    _one_line_error(chatq_here(chatq_env, "kb", "attach", "not-a-session", kb), "not a session id")
+    usage = chatq_here(chatq_env, "kb")
     assert usage.returncode == 2 and "Traceback" not in usage.stderr
 
 
@@ -98,7 +100,8 @@ def test_attach_and_detach(chatq_env: dict[str, str], kb: str) -> None:
     out = _ok(chatq_env, "kb", "attach", str(session_id), kb)
     assert out.strip() == f"session {session_id} knowledge bases: {kb}"
     assert session_knowledge_bases(session_id) == [kb]
-    _one_line_error(chatq(chatq_env, "kb", "attach", str(session_id), "nope-kb"), "unknown knowledge base: nope-kb")
+    attached = chatq_here(chatq_env, "kb", "attach", str(session_id), "nope-kb")
+    _one_line_error(attached, "unknown knowledge base: nope-kb")
     data = json.loads(_ok(chatq_env, "kb", "detach", str(session_id), kb, "--json"))
     assert data == {"session_id": str(session_id), "knowledge_bases": []}
 
@@ -107,7 +110,7 @@ def test_session_create_attaches_knowledge_bases(chatq_env: dict[str, str], kb: 
     session_id = _ok(chatq_env, "session", "create", "--model", "echo", "--kb", kb).strip()
     assert session_knowledge_bases(session_id) == [kb]
     before = _sessions()
-    _one_line_error(chatq(chatq_env, "session", "create", "--kb", kb, "--kb", "nope-kb"), "unknown knowledge base")
+    _one_line_error(chatq_here(chatq_env, "session", "create", "--kb", kb, "--kb", "nope-kb"), "unknown knowledge base")
     assert _sessions() == before  # a typo creates no session
 
 

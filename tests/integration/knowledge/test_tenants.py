@@ -31,7 +31,7 @@ from models.knowledge import (
 from models.search import search
 from models.tables import KnowledgeBase, SessionKnowledgeBase
 from models.turn_store import PostgresTurnStore
-from tests.support.cli import chatq
+from tests.support.cli import chatq_here
 from tests.support.env import environ
 from tests.support.fixtures import STUB_API_KEY
 from tests.support.inprocess import build_runtime
@@ -167,22 +167,21 @@ def test_a_turn_reads_only_its_own_tenants_knowledge_bases(
         runtime.clear()
 
 
-@pytest.mark.slow  # `chatq` subprocesses
 def test_the_cli_gives_knowledge_bases_to_tenants(chatq_env: dict[str, str], tenants: tuple[str, str]) -> None:
     acme, _ = tenants
     name = f"cli-{uuid.uuid4().hex[:8]}"
-    created = chatq(chatq_env, "kb", "create", name, "--tenant", acme)
+    created = chatq_here(chatq_env, "kb", "create", name, "--tenant", acme)
     assert created.returncode == 0, created.stderr
     assert created.stdout.strip() == f"knowledge base {name!r} created for tenant {acme}"
-    listed = chatq(chatq_env, "kb", "list", "--tenant", acme, "--json")
+    listed = chatq_here(chatq_env, "kb", "list", "--tenant", acme, "--json")
     assert [(kb["name"], kb["tenant"]) for kb in json.loads(listed.stdout)] == [(name, acme)]
     session = create_session(framework="none", model="echo")
-    refused = chatq(chatq_env, "kb", "attach", str(session), name)
+    refused = chatq_here(chatq_env, "kb", "attach", str(session), name)
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1
     assert f"knowledge base {name!r} belongs to tenant {acme}, not to the session's tenant" in refused.stderr
-    moved = chatq(chatq_env, "kb", "tenant", name)
+    moved = chatq_here(chatq_env, "kb", "tenant", name)
     assert moved.returncode == 0 and moved.stdout.strip() == f"knowledge base {name!r} belongs to no tenant"
     with session_scope() as db:
         assert db.execute(select(KnowledgeBase.tenant).where(KnowledgeBase.name == name)).scalar_one() is None
-    attached = chatq(chatq_env, "kb", "attach", str(session), name)
+    attached = chatq_here(chatq_env, "kb", "attach", str(session), name)
     assert attached.returncode == 0, attached.stderr

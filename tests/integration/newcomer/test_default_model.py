@@ -20,10 +20,11 @@ from sqlalchemy import update
 from models.db import session_scope
 from models.tables import ChatSession, Turn
 from tests.integration.gateway.conftest import TOKEN, GatewayProcess
-from tests.support.cli import chatq
+from tests.support.cli import chatq, chatq_here
 from tests.support.env import environ
 from tests.support.factories import add_turn, assistant, user
 from tests.support.fixtures import STUB_API_KEY
+from tests.support.inprocess import in_process_worker
 from tests.support.openai_stub import OpenAIStub, message_text
 from tests.support.turns import replay_events, turn_messages, wait_for_turn, wait_for_turns
 from tests.support.workers import WorkerProcess
@@ -32,8 +33,6 @@ from worker.events import get_redis
 from worker.payload import task_message
 from worker.producer import create_session, submit_turn
 from worker.queries import WORKER_DEFAULT, format_usage, usage_report
-
-pytestmark = pytest.mark.slow
 
 WORKER_MODEL = "the-workers-own-model"
 """CHATQ_MODEL of the worker: a name no producer's environment could have chosen."""
@@ -67,6 +66,7 @@ def _stored_model(session_id: uuid.UUID) -> str | None:
         return row.model
 
 
+@pytest.mark.slow  # a real worker, `chatq serve` and `chatq batch`
 def test_every_producer_path_runs_on_the_workers_default_model(
     chatq_env: dict[str, str], openai_stub: OpenAIStub, terminal: dict[str, str], tmp_path: Path
 ) -> None:
@@ -134,8 +134,9 @@ def test_every_producer_path_runs_on_the_workers_default_model(
 def test_a_model_the_worker_has_no_key_for_fails_its_turn_once(
     chatq_env: dict[str, str], openai_stub: OpenAIStub, redis_url: str, terminal: dict[str, str]
 ) -> None:
-    worker = WorkerProcess({**chatq_env, **NO_MODEL_CONFIG}).start()
-    try:
+    # Turns run in this process under the worker's environment (tests/support/inprocess.py); that a
+    # real worker's environment is the one that counts, the first test of this module shows.
+    with in_process_worker(redis_url, **NO_MODEL_CONFIG):
         keyed = create_session(framework="langgraph", model="gpt-4o-mini")
         unnamed = create_session(framework="langgraph")
         text = f"needs a key {uuid.uuid4().hex[:8]}"
@@ -153,15 +154,13 @@ def test_a_model_the_worker_has_no_key_for_fails_its_turn_once(
         # The same worker runs a session that names no model on its own default: echo, offline.
         assert wait_for_turn(good.turn_id, timeout=30).status.value == "succeeded"
         assert [m.content for m in turn_messages(good.turn_id)] == ["offline is fine", "offline is fine"]
-    finally:
-        worker.stop()
 
 
 def test_session_create_warns_when_this_terminal_lacks_the_models_key(
     chatq_env: dict[str, str], terminal: dict[str, str]
 ) -> None:
     env = {**chatq_env, **terminal}
-    result = chatq(env, "session", "create", "--model", "gpt-4o-mini")
+    result = chatq_here(env, "session", "create", "--model", "gpt-4o-mini")
     assert result.returncode == 0, result.stderr
     session_id = uuid.UUID(result.stdout.strip())
     assert _stored_model(session_id) == "gpt-4o-mini"
@@ -170,9 +169,9 @@ def test_session_create_warns_when_this_terminal_lacks_the_models_key(
     assert "the worker's environment is what counts" in warning
     assert warning.count("\n") == 1
 
-    offline = chatq(env, "session", "create", "--model", "echo")
+    offline = chatq_here(env, "session", "create", "--model", "echo")
     assert offline.returncode == 0 and offline.stderr == ""
-    with_url = chatq({**env, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}, "session", "create", "--model", "gpt-4o")
+    with_url = chatq_here({**env, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}, "session", "create", "--model", "gpt-4o")
     assert with_url.returncode == 0 and with_url.stderr == ""
 
 

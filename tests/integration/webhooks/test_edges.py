@@ -1,6 +1,8 @@
 """Webhooks and cancel from the other edges: the `chatq` command line, batch files and the HTTP gateway.
 
-The edges are real subprocesses; the turns and deliveries they queue run in this process (`in_process`).
+The gateway and `chatq batch` are real subprocesses, the other commands the CLI's `main` in this
+process (`tests.support.cli.chatq_here`); the turns and deliveries they queue run in this process
+(`in_process`).
 """
 
 from __future__ import annotations
@@ -16,14 +18,12 @@ import pytest
 
 from tests.integration.gateway.conftest import TOKEN, GatewayProcess
 from tests.integration.webhooks.conftest import SECRET, STUB_MODEL
-from tests.support.cli import chatq
+from tests.support.cli import chatq, chatq_here
 from tests.support.inprocess import InProcessWorker
 from tests.support.receiver import Receiver
 from tests.support.turns import wait_for_status, wait_for_turn
 from worker.producer import create_session, submit_turn
 from worker.queries import turn_report
-
-pytestmark = pytest.mark.slow
 
 WORKER_ENV = {"CHATQ_WEBHOOK_SECRET": SECRET, "CHATQ_WEBHOOK_ALLOW_PRIVATE": "1", "CHATQ_WEBHOOK_BACKOFF": "0.2"}
 
@@ -52,17 +52,17 @@ def test_the_cli_creates_a_session_with_a_webhook_and_show_prints_its_delivery(
     in_process: InProcessWorker, receiver: Receiver, cli_env: dict[str, str]
 ) -> None:
     url = receiver.answer("/cli")
-    created = chatq(cli_env, "session", "create", "--model", STUB_MODEL, "--webhook", url)
+    created = chatq_here(cli_env, "session", "create", "--model", STUB_MODEL, "--webhook", url)
     assert created.returncode == 0, created.stderr
-    submitted = chatq(cli_env, "submit", created.stdout.strip(), "hello [words: 2]")
+    submitted = chatq_here(cli_env, "submit", created.stdout.strip(), "hello [words: 2]")
     assert submitted.returncode == 0, submitted.stderr
     turn_id = uuid.UUID(submitted.stdout.strip())
     webhook = _delivered(turn_id)
-    shown = chatq(cli_env, "show", str(turn_id))
+    shown = chatq_here(cli_env, "show", str(turn_id))
     line = next(text for text in shown.stdout.splitlines() if text.startswith("webhook"))
     assert url in line and "delivered after 1 attempt(s), last HTTP 200" in line and webhook["delivery_id"] in line
-    assert json.loads(chatq(cli_env, "show", str(turn_id), "--json").stdout)["webhook"] == webhook
-    refused = chatq(cli_env, "session", "create", "--webhook", "ftp://example.com/x")
+    assert json.loads(chatq_here(cli_env, "show", str(turn_id), "--json").stdout)["webhook"] == webhook
+    refused = chatq_here(cli_env, "session", "create", "--webhook", "ftp://example.com/x")
     assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1
     assert "http:// or https://" in refused.stderr and "Traceback" not in refused.stderr
 
@@ -72,16 +72,17 @@ def test_the_cli_says_when_a_turn_was_already_cancelled(in_process: InProcessWor
     running = submit_turn(session_id, "slowly [words: 80] [slow: 0.2]")
     queued = submit_turn(session_id, "later")
     wait_for_status(running.turn_id, "running")
-    assert chatq(cli_env, "cancel", str(queued.turn_id)).stdout.strip() == f"turn {queued.turn_id} cancelled"
-    again = chatq(cli_env, "cancel", str(queued.turn_id))
+    assert chatq_here(cli_env, "cancel", str(queued.turn_id)).stdout.strip() == f"turn {queued.turn_id} cancelled"
+    again = chatq_here(cli_env, "cancel", str(queued.turn_id))
     assert again.returncode == 0 and again.stdout.strip() == f"turn {queued.turn_id} was already cancelled"
-    asked = chatq(cli_env, "cancel", str(running.turn_id)).stdout.strip()
+    asked = chatq_here(cli_env, "cancel", str(running.turn_id)).stdout.strip()
     assert asked == f"turn {running.turn_id} is running; asked it to stop"
     wait_for_turn(running.turn_id)
-    done = chatq(cli_env, "cancel", str(running.turn_id)).stdout.strip()
+    done = chatq_here(cli_env, "cancel", str(running.turn_id)).stdout.strip()
     assert done == f"turn {running.turn_id} was already cancelled"
 
 
+@pytest.mark.slow  # `chatq batch` as a real subprocess
 def test_a_batch_sessions_webhook_gets_every_turn_and_a_bad_one_names_its_line(
     in_process: InProcessWorker, receiver: Receiver, cli_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -103,6 +104,7 @@ def test_a_batch_sessions_webhook_gets_every_turn_and_a_bad_one_names_its_line(
     ]
 
 
+@pytest.mark.slow  # the gateway as a real subprocess
 def test_the_gateway_takes_webhooks_shows_deliveries_and_says_already_cancelled(
     in_process: InProcessWorker, receiver: Receiver, cli_env: dict[str, str]
 ) -> None:

@@ -1,4 +1,5 @@
-"""The `chatq` command line as a user runs it: real subprocesses against the real worker."""
+"""The `chatq` command line as a user runs it: real subprocesses against the real worker, and what
+fails before any turn is queued in this process (`tests.support.cli.chatq_here`: the CLI's `main`)."""
 
 from __future__ import annotations
 
@@ -15,20 +16,19 @@ from models.db import session_scope
 from models.tables import Turn
 from tests.integration.worker.conftest import STUB_MODEL
 from tests.support.broker import wait_for_subscriber
-from tests.support.cli import chatq
+from tests.support.cli import chatq, chatq_here
 from tests.support.turns import replay_events, wait_for_turn
 from tests.support.workers import ROOT, WorkerProcess
 from worker.events import session_channel
 
-pytestmark = pytest.mark.slow
-
 
 def _new_session(env: dict[str, str], *extra: str) -> str:
-    result = chatq(env, "session", "create", "--model", STUB_MODEL, *extra)
+    result = chatq_here(env, "session", "create", "--model", STUB_MODEL, *extra)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 
 
+@pytest.mark.slow
 def test_submit_follow_streams_the_reply_and_exits_0(worker: WorkerProcess, worker_env: dict[str, str]) -> None:
     session = _new_session(worker_env)
     uuid.UUID(session)
@@ -38,6 +38,7 @@ def test_submit_follow_streams_the_reply_and_exits_0(worker: WorkerProcess, work
     assert "[done:" in result.stderr
 
 
+@pytest.mark.slow
 def test_submit_follow_exits_1_when_the_turn_fails(worker: WorkerProcess, worker_env: dict[str, str]) -> None:
     session = _new_session(worker_env)
     result = chatq(worker_env, "submit", session, "doomed [fail]", "--follow")
@@ -46,6 +47,7 @@ def test_submit_follow_exits_1_when_the_turn_fails(worker: WorkerProcess, worker
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_submit_prints_the_turn_id_and_show_json_reports_it(worker: WorkerProcess, worker_env: dict[str, str]) -> None:
     session = _new_session(worker_env, "--system-prompt", "Be brief.")
     turn_id = str(uuid.uuid4())
@@ -66,6 +68,7 @@ def test_submit_prints_the_turn_id_and_show_json_reports_it(worker: WorkerProces
     assert again.returncode == 0 and json.loads(again.stdout)["created"] is False
 
 
+@pytest.mark.slow
 def test_a_late_watch_turn_replays_every_event(
     worker: WorkerProcess, worker_env: dict[str, str], redis_url: str
 ) -> None:
@@ -80,6 +83,7 @@ def test_a_late_watch_turn_replays_every_event(
     assert printed[0]["type"] == "queued" and printed[-1]["type"] == "final"
 
 
+@pytest.mark.slow
 def test_watch_session_prints_live_events(worker: WorkerProcess, worker_env: dict[str, str], redis_url: str) -> None:
     session = _new_session(worker_env)
     watcher = subprocess.Popen(
@@ -105,6 +109,7 @@ def test_watch_session_prints_live_events(worker: WorkerProcess, worker_env: dic
     assert types[0] == "queued" and types[-1] == "final" and "text" in types
 
 
+@pytest.mark.slow
 def test_usage_totals_match_the_turns(worker: WorkerProcess, worker_env: dict[str, str]) -> None:
     session = _new_session(worker_env)
     for text in ("one", "two"):
@@ -129,7 +134,7 @@ def test_usage_totals_match_the_turns(worker: WorkerProcess, worker_env: dict[st
 def test_errors_are_one_line_without_a_traceback(
     worker_env: dict[str, str], args: tuple[str, ...], fragment: str
 ) -> None:
-    result = chatq(worker_env, *args)
+    result = chatq_here(worker_env, *args)
     assert result.returncode == 1
     assert fragment in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -138,14 +143,15 @@ def test_errors_are_one_line_without_a_traceback(
 
 def test_oversize_and_bad_images_fail_before_anything_is_stored(worker_env: dict[str, str], tmp_path: Path) -> None:
     session = _new_session(worker_env)
-    result = chatq({**worker_env, "CHATQ_MAX_CONTENT_CHARS": "10"}, "submit", session, "x" * 11)
+    result = chatq_here({**worker_env, "CHATQ_MAX_CONTENT_CHARS": "10"}, "submit", session, "x" * 11)
     assert result.returncode == 1 and "over the limit of 10" in result.stderr
-    result = chatq(worker_env, "submit", session, "look", "--image", str(tmp_path / "missing.png"))
+    result = chatq_here(worker_env, "submit", session, "look", "--image", str(tmp_path / "missing.png"))
     assert result.returncode == 1 and "image file not found" in result.stderr
-    report = json.loads(chatq(worker_env, "usage", "--session", session, "--json").stdout)
+    report = json.loads(chatq_here(worker_env, "usage", "--session", session, "--json").stdout)
     assert report["turns"] == 0
 
 
+@pytest.mark.slow
 def test_an_unreachable_database_is_one_clear_line(worker_env: dict[str, str]) -> None:
     env = {**worker_env, "DATABASE_URL": "postgresql+psycopg://postgres:hunter2@127.0.0.1:1/nowhere"}
     result = chatq(env, "show", str(uuid.uuid4()))
@@ -154,6 +160,7 @@ def test_an_unreachable_database_is_one_clear_line(worker_env: dict[str, str]) -
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_producer_commands_import_no_agent_framework(worker_env: dict[str, str]) -> None:
     code = (
         "import sys, worker.cli.commands, worker.producer, worker.queries, worker.cli.follow;"
@@ -171,20 +178,20 @@ def test_text_and_numbers_postgres_cannot_store_are_one_clear_line_naming_the_fi
 ) -> None:
     session = _new_session(worker_env)
     # A terminal that is not UTF-8 hands Python bytes it keeps as lone surrogates (b"caf\xe9").
-    latin1 = chatq(worker_env, "submit", session, "caf\udce9")
+    latin1 = chatq_here(worker_env, "submit", session, "caf\udce9")
     assert latin1.returncode == 1
     assert latin1.stderr.strip() == (
         "chatq: error: content contains a lone surrogate (U+DCE9) at position 3, which cannot be stored; "
         "send valid Unicode text without NUL"
     )
-    too_big = chatq(worker_env, "submit", session, "hello", "--reply-to", str(2**63))
+    too_big = chatq_here(worker_env, "submit", session, "hello", "--reply-to", str(2**63))
     assert too_big.returncode == 1
     assert too_big.stderr.strip() == (
         "chatq: error: reply_to must be a message id from 1 to 9223372036854775807, or null"
     )
-    model = chatq(worker_env, "session", "create", "--model", "gpt\udcff")
+    model = chatq_here(worker_env, "session", "create", "--model", "gpt\udcff")
     assert model.returncode == 1 and "model contains a lone surrogate (U+DCFF)" in model.stderr
-    prompt = chatq(worker_env, "session", "create", "--system-prompt", "be \udce9")
+    prompt = chatq_here(worker_env, "session", "create", "--system-prompt", "be \udce9")
     assert prompt.returncode == 1 and "system_prompt contains a lone surrogate" in prompt.stderr
     for result in (latin1, too_big, model, prompt):
         assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1

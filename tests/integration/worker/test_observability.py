@@ -25,9 +25,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def metrics_worker(worker_env: dict[str, str], worker: WorkerProcess) -> Iterator[tuple[WorkerProcess, int]]:
-    # The package's shared worker is stopped for the duration so this one runs the turn.
+    # One for the module's tests (a start-up costs seconds of CPU): they read its endpoint and its
+    # log, each for a turn of its own; the metrics are compared before and after that turn.
+    # The package's shared worker is stopped for the duration so this one runs the turns.
     worker.stop()
     port = free_port()
     process = WorkerProcess({**worker_env, "CHATQ_METRICS_PORT": str(port)}, concurrency=2).start()
@@ -46,6 +48,19 @@ def scrape(port: int) -> dict[str, float]:
             name, _, value = line.rpartition(" ")
             samples[name] = float(value)
     return samples
+
+
+# First in the module: it reads the package worker's log before the module fixture below stops it
+# (and restarts it under the same name, which appends a second start-up to that log).
+def test_the_worker_freezes_its_startup_objects_once_ready(worker: WorkerProcess) -> None:
+    # worker.ops.gc_freeze: the start-up heap (~230,000 objects with the adapters preloaded) leaves full GC passes.
+    records = [json.loads(line) for line in worker.log().splitlines() if line.startswith("{")]
+    frozen = [r for r in records if r["logger"] == "worker.ops.signals" and "start-up objects" in r["message"]]
+    assert len(frozen) == 1
+    count = int(frozen[0]["message"].split()[1])
+    assert count > 50_000  # the preloaded adapters are in it, not just Celery
+    ready = next(i for i, r in enumerate(records) if r["message"].endswith(" ready."))
+    assert records.index(frozen[0]) < ready  # on worker_ready, before Celery says it is ready
 
 
 def test_metrics_show_a_finished_turns_tokens_and_latency(metrics_worker: tuple[WorkerProcess, int]) -> None:
@@ -128,14 +143,3 @@ def test_metrics_listen_on_loopback_unless_exposed_on_purpose(
         assert _answers(outward, exposed_port)
     finally:
         exposed.stop()
-
-
-def test_the_worker_freezes_its_startup_objects_once_ready(worker: WorkerProcess) -> None:
-    # worker.ops.gc_freeze: the start-up heap (~230,000 objects with the adapters preloaded) leaves full GC passes.
-    records = [json.loads(line) for line in worker.log().splitlines() if line.startswith("{")]
-    frozen = [r for r in records if r["logger"] == "worker.ops.signals" and "start-up objects" in r["message"]]
-    assert len(frozen) == 1
-    count = int(frozen[0]["message"].split()[1])
-    assert count > 50_000  # the preloaded adapters are in it, not just Celery
-    ready = next(i for i, r in enumerate(records) if r["message"].endswith(" ready."))
-    assert records.index(frozen[0]) < ready  # on worker_ready, before Celery says it is ready

@@ -15,7 +15,7 @@ from chatq.settings import get_settings
 from handlers.messages import AgentMessage
 from models.db import autocommit_scope, get_engine
 from tests.integration.worker.conftest import STUB_MODEL
-from tests.support.cli import chatq
+from tests.support.cli import chatq_here
 from tests.support.workers import ROOT, WorkerProcess
 from worker.cli.commands import main
 from worker.dispatch import send_turn
@@ -25,12 +25,10 @@ from worker.producer import create_session
 from worker.store import claims
 from worker.store.claims import insert_turn
 
-pytestmark = pytest.mark.slow
-
 
 def test_watching_an_unknown_session_says_it_does_not_exist(worker_env: dict[str, str]) -> None:
     unknown = uuid.uuid4()
-    result = chatq(worker_env, "watch", str(unknown), timeout=30)
+    result = chatq_here(worker_env, "watch", str(unknown))
     assert result.returncode == 1
     assert result.stderr == f"chatq: error: session {unknown} does not exist\n"
     assert result.stdout == ""
@@ -38,12 +36,13 @@ def test_watching_an_unknown_session_says_it_does_not_exist(worker_env: dict[str
 
 def test_watching_an_unknown_turn_says_it_does_not_exist(worker_env: dict[str, str]) -> None:
     unknown = uuid.uuid4()
-    result = chatq(worker_env, "watch", "--turn", str(unknown), "--json", timeout=30)
+    result = chatq_here(worker_env, "watch", "--turn", str(unknown), "--json")
     assert result.returncode == 1
     assert result.stderr == f"chatq: error: turn {unknown} does not exist\n"
     assert result.stdout == ""
 
 
+@pytest.mark.slow
 def test_a_stored_turn_without_events_yet_is_waited_for(worker: WorkerProcess, worker_env: dict[str, str]) -> None:
     # Stored as a producer stores it, but not sent and without its `queued` event: nothing in Redis yet.
     session_id = create_session(framework="none", model=STUB_MODEL)
@@ -69,6 +68,7 @@ def test_a_stored_turn_without_events_yet_is_waited_for(worker: WorkerProcess, w
     assert "".join(e["text"] for e in events if e["type"] == "text") == "w1 w2 w3"
 
 
+@pytest.mark.slow
 def test_a_reply_that_streamed_is_not_printed_again_from_postgres(
     chatq_env: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
