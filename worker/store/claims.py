@@ -33,12 +33,12 @@ from sqlalchemy.orm import Session
 from chatq.settings import Settings
 from handlers.base import AgentMessage, Usage
 from models.db import autocommit_scope, connection_scope, session_scope
-from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
+from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, DeletedSession, Turn, TurnStatus
 from worker.errors import InvalidTurn, SessionDeleted, SessionNotFound, TurnExists
 from worker.payload import TurnRequest, session_conflict
 from worker.store import transition_sql as sql
 from worker.store.claim_values import Claim, ClaimedSession, ClaimResult, ClaimStatus, Finished, WhyNotClaimed
-from worker.store.turns import NextTurn, check_reply_to, ensure_session, next_in, poison_reason
+from worker.store.turns import NextTurn, check_reply_to, next_in, poison_reason
 
 __all__ = [
     "Claim",
@@ -385,18 +385,47 @@ def insert_turn(db: Session | Connection, request: TurnRequest, *, queue: str) -
 
 
 def ensure_turn(request: TurnRequest, *, queue: str, engine: Engine) -> bool:
-    """Insert a turn that arrived only through Redis; True if it was inserted now."""
-    try:
-        with session_scope(engine) as db:
-            ensure_session(db, request.session_id)
-            insert_turn(db, request, queue=queue)
-    except TurnExists:
-        return False
-    except SessionDeleted:
-        raise
-    except SessionNotFound as exc:  # deleted between the two statements above
-        raise SessionDeleted(f"session {request.session_id} was deleted") from exc
-    return True
+    """Insert a turn that arrived only through Redis, and its session if nobody created it; True if
+    it was inserted now, False if the turn exists.
+
+    One statement (`transition_sql.ENSURE_TURN`), atomic in autocommit and committed durably: the
+    message is acknowledged only after the turn's end, so a turn whose insert is lost comes again.
+    A reply_to is checked first, in a statement of its own, as `submit_turn` does. Raises
+    SessionDeleted (nothing stored) for a message of a session deleted since it was sent.
+    """
+    values = {
+        "session_id": request.session_id,
+        "turn_id": request.turn_id,
+        "digest": DeletedSession.digest_of(request.session_id),
+        "queue": queue,
+        "reply_to": request.reply_to,
+        "content": request.content,
+        "images": list(request.images) if request.images else None,
+        "stride": MESSAGE_POSITION_STRIDE,
+    }
+    with autocommit_scope(engine) as db:
+        check_reply_to(db, request.session_id, request.reply_to)
+        for _ in range(_ROUNDS):
+            if db.execute(sql.ENSURE_TURN, values).scalar_one() is not None:
+                return True
+            # Nothing inserted: the statement's snapshot is older than a row it waited for (the
+            # session created or deleted meanwhile, the turn id taken). A new one sees what committed.
+            turn_exists, session_exists, deleted = db.execute(
+                select(
+                    exists().where(Turn.id == request.turn_id),
+                    exists().where(ChatSession.id == request.session_id),
+                    exists().where(DeletedSession.digest == values["digest"]),
+                )
+            ).one()
+            if turn_exists:
+                return False
+            if deleted and not session_exists:
+                raise SessionDeleted(f"session {request.session_id} was deleted")
+    # Changed under every round (as `insert_turn` after its two): the claim then finds no turn.
+    log.warning(
+        "turn %s session %s: the session kept changing; the turn was not stored", request.turn_id, request.session_id
+    )
+    return False
 
 
 def insert_queued_turns(

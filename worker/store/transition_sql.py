@@ -162,6 +162,44 @@ INSERT_TURN = text(
 ).bindparams(bindparam("images", type_=JSONB), bindparam("reply_to", type_=BigInteger))
 
 
+ENSURE_TURN = text(
+    """
+    -- A turn that arrived only as a task message (`claims.ensure_turn`): its session made with the
+    -- defaults when nobody created it (and it was not deleted: a message left in Redis), the turn
+    -- and its user message inserted, all in one statement. INSERT_TURN's UPDATE cannot see a session
+    -- this statement creates, so a new session takes position 0 here and starts at 1.
+    WITH fresh AS (
+        INSERT INTO chat_sessions (id, agent_framework, model, metadata, next_turn_position)
+        SELECT :session_id, 'langgraph', NULL, '{}'::jsonb, 1
+        WHERE NOT EXISTS (SELECT 1 FROM turns WHERE id = :turn_id)
+          -- Visible to this statement: a session being deleted meanwhile is left alone (the
+          -- UPDATE below then finds it gone, and the caller looks again).
+          AND NOT EXISTS (SELECT 1 FROM chat_sessions WHERE id = :session_id)
+          AND NOT EXISTS (SELECT 1 FROM deleted_sessions WHERE digest = :digest)
+        ON CONFLICT (id) DO NOTHING
+        RETURNING 0 AS position
+    ),
+    taken AS (
+        UPDATE chat_sessions SET next_turn_position = next_turn_position + 1, last_active_at = now()
+        WHERE id = :session_id AND NOT EXISTS (SELECT 1 FROM turns WHERE id = :turn_id)
+        RETURNING next_turn_position - 1 AS position
+    ),
+    turn AS (
+        INSERT INTO turns (id, session_id, position, status, queue, reply_to)
+        SELECT :turn_id, :session_id, place.position, 'queued', :queue, :reply_to
+        FROM (SELECT position FROM fresh UNION ALL SELECT position FROM taken) AS place
+        ON CONFLICT (id) DO NOTHING
+        RETURNING id, position
+    ),
+    message AS (
+        INSERT INTO chat_messages (session_id, turn_id, position, role, content, images)
+        SELECT :session_id, turn.id, turn.position * :stride, 'user', :content, :images FROM turn
+    )
+    SELECT (SELECT position FROM turn) AS position
+    """
+).bindparams(bindparam("images", type_=JSONB), bindparam("reply_to", type_=BigInteger))
+
+
 RECORD_STOPS = text(
     """
     UPDATE turns t
