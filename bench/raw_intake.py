@@ -15,7 +15,7 @@ turn in a new session, as `bench/peer_client.py` and the Celery task do:
 Neither side's message is consumed (no Celery): both pile up in the private Redis db alike.
 Blocks of turns alternate A B B A in every round, so both sides share the machine's load. Figures
 per turn and side: this process's CPU (`time.process_time`, all threads), the CPU of this run's
-Postgres backends (their /proc/<pid>/stat, found by database name: Postgres on this machine; the
+Postgres backends (their /proc/<pid>/schedstat, found by database name: Postgres on this machine; the
 shared WAL writer is not counted), and statements and round trips to Postgres counted by
 SQLAlchemy's events (BEGIN and COMMIT each one round trip): a figure the machine's load does not
 move. Target: raw <= 1.0x the API.
@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from bench.common import CLOCK_TICKS, Block, Stub, isolated_services, log, median, use_stub
+from bench.common import Block, Stub, isolated_services, log, median, use_stub
 
 MODEL = "gpt-4o-mini"
 TEXT = "hello there, how are you today"
@@ -85,12 +85,13 @@ def backend_pids() -> list[int]:
 
 
 def _pid_cpu(pid: int) -> float:
+    """A process's CPU seconds, to the nanosecond (/proc/<pid>/schedstat; /proc/<pid>/stat counts
+    10 ms ticks, too coarse for statements of a tenth of a millisecond)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[0]) / 1e9
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 @contextmanager

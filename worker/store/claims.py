@@ -46,6 +46,7 @@ __all__ = [
     "ClaimStatus",
     "ClaimedSession",
     "Finished",
+    "claim_message",
     "claim_turn",
     "complete_turn",
     "ensure_turn",
@@ -133,7 +134,13 @@ poison or cancelled) takes two; the rest is for a race lost on the way."""
 
 
 def _claim_slow(
-    turn_id: uuid.UUID, *, worker: str, engine: Engine, settings: Settings, expected_session: uuid.UUID | None = None
+    turn_id: uuid.UUID,
+    *,
+    worker: str,
+    engine: Engine,
+    settings: Settings,
+    expected_session: uuid.UUID | None = None,
+    found: Any = None,
 ) -> ClaimResult:
     """After the claim statement took nothing: one read-only query says why (`WHY_NOT_CLAIMED`).
 
@@ -141,12 +148,14 @@ def _claim_slow(
     turn whose worker stopped is taken over (`take_over`, as the sweeper does) and claimed by the
     claim statement; a pending cancel or a poison turn ends it (`CANCEL_AT_CLAIM`, `POISON_AT_CLAIM`).
     A transition that finds the turn changed since the query is decided again; a turn still changing
-    after `_ROUNDS` rounds is answered BUSY (its message comes back shortly).
+    after `_ROUNDS` rounds is answered BUSY (its message comes back shortly). `found` is the query's
+    row when the caller has it already (`ENSURE_TURN` gives it for a turn that exists).
     """
     params = {"turn_id": turn_id, "session_id": expected_session, "max_deliveries": settings.max_deliveries}
     for _ in range(_ROUNDS):
-        with autocommit_scope(engine) as db:
-            found = db.execute(sql.WHY_NOT_CLAIMED, params).one_or_none()
+        if found is None:
+            with autocommit_scope(engine) as db:
+                found = db.execute(sql.WHY_NOT_CLAIMED, params).one_or_none()
         if found is None:
             return ClaimResult(status=ClaimStatus.NOT_FOUND)
         why = WhyNotClaimed(found.why)
@@ -174,6 +183,7 @@ def _claim_slow(
         claimed = _claim(turn_id, worker=worker, session_id=expected_session, engine=engine, settings=settings)
         if claimed is not None:
             return claimed
+        found = None
     return ClaimResult(status=ClaimStatus.BUSY)
 
 
@@ -384,48 +394,84 @@ def insert_turn(db: Session | Connection, request: TurnRequest, *, queue: str) -
     raise TurnExists(f"turn {request.turn_id} already exists")
 
 
-def ensure_turn(request: TurnRequest, *, queue: str, engine: Engine) -> bool:
-    """Insert a turn that arrived only through Redis, and its session if nobody created it; True if
-    it was inserted now, False if the turn exists.
+def claim_message(request: TurnRequest, *, queue: str, worker: str, engine: Engine, settings: Settings) -> ClaimResult:
+    """Claim a delivered message's turn (as `claim_turn`), storing it first when it arrived only
+    through Redis (a raw producer's message: its session too, when nobody created it).
 
-    One statement (`transition_sql.ENSURE_TURN`), atomic in autocommit and committed durably: the
-    message is acknowledged only after the turn's end, so a turn whose insert is lost comes again.
-    A reply_to is checked first, in a statement of its own, as `submit_turn` does. Raises
-    SessionDeleted (nothing stored) for a message of a session deleted since it was sent.
+    A message whose turn is stored costs the claim statement alone; one the claim statement did not
+    take costs one more statement (`ENSURE_TURN`), which either stores the turn (then the claim
+    statement runs again) or says why the claim took nothing (then as `claim_turn`). Raises
+    SessionDeleted for a message of a session deleted since it was sent and InvalidTurn for a
+    reply_to that is not a user message of the session; nothing is stored then.
     """
+    turn_id, session_id = request.turn_id, request.session_id
+    claimed = _claim(turn_id, worker=worker, session_id=session_id, engine=engine, settings=settings)
+    if claimed is not None:
+        return claimed
+    found = _store(request, queue=queue, engine=engine, max_deliveries=settings.max_deliveries)
+    if found is _STORED:
+        claimed = _claim(turn_id, worker=worker, session_id=session_id, engine=engine, settings=settings)
+        if claimed is not None:
+            return claimed
+        found = None
+    elif found is None:
+        return ClaimResult(status=ClaimStatus.BUSY)  # the session kept changing: the message comes back
+    return _claim_slow(
+        turn_id, worker=worker, engine=engine, settings=settings, expected_session=session_id, found=found
+    )
+
+
+_STORED = object()
+"""`_store`'s answer for a turn it stored now."""
+
+
+def _store(request: TurnRequest, *, queue: str, engine: Engine, max_deliveries: int) -> Any:
+    """Run `ENSURE_TURN`: `_STORED`, the `WHY_NOT_CLAIMED` row of a turn that exists, or None when
+    the session kept changing under every round.
+
+    Committed durably: the message is acknowledged only after the turn ends, so a turn whose insert
+    is lost comes again. Raises SessionDeleted or InvalidTurn (see `claim_message`).
+    """
+    digest = DeletedSession.digest_of(request.session_id)
     values = {
         "session_id": request.session_id,
         "turn_id": request.turn_id,
-        "digest": DeletedSession.digest_of(request.session_id),
+        "digest": digest,
         "queue": queue,
         "reply_to": request.reply_to,
         "content": request.content,
         "images": list(request.images) if request.images else None,
         "stride": MESSAGE_POSITION_STRIDE,
+        "max_deliveries": max_deliveries,
     }
     with autocommit_scope(engine) as db:
-        check_reply_to(db, request.session_id, request.reply_to)
         for _ in range(_ROUNDS):
-            if db.execute(sql.ENSURE_TURN, values).scalar_one() is not None:
-                return True
-            # Nothing inserted: the statement's snapshot is older than a row it waited for (the
-            # session created or deleted meanwhile, the turn id taken). A new one sees what committed.
-            turn_exists, session_exists, deleted = db.execute(
+            row = db.execute(sql.ENSURE_TURN, values).one()
+            if row.position is not None:
+                return _STORED
+            if row.why is not None:
+                return row
+            # Nothing stored and no turn in the statement's snapshot, which is older than a row it
+            # may have waited for (the session created or deleted meanwhile). Say why, or go again.
+            check_reply_to(db, request.session_id, request.reply_to)
+            session_exists, deleted = db.execute(
                 select(
-                    exists().where(Turn.id == request.turn_id),
                     exists().where(ChatSession.id == request.session_id),
-                    exists().where(DeletedSession.digest == values["digest"]),
+                    exists().where(DeletedSession.digest == digest),
                 )
             ).one()
-            if turn_exists:
-                return False
             if deleted and not session_exists:
                 raise SessionDeleted(f"session {request.session_id} was deleted")
-    # Changed under every round (as `insert_turn` after its two): the claim then finds no turn.
-    log.warning(
-        "turn %s session %s: the session kept changing; the turn was not stored", request.turn_id, request.session_id
-    )
-    return False
+    log.warning("turn %s session %s: the session kept changing; not stored yet", request.turn_id, request.session_id)
+    return None
+
+
+def ensure_turn(request: TurnRequest, *, queue: str, engine: Engine, max_deliveries: int = 1) -> bool:
+    """Store a turn that arrived only through Redis (see `claim_message`); True if it was stored now.
+
+    `max_deliveries` only shapes the why-not row this answer does not use.
+    """
+    return _store(request, queue=queue, engine=engine, max_deliveries=max_deliveries) is _STORED
 
 
 def insert_queued_turns(

@@ -158,3 +158,13 @@ def test_a_raw_reply_to_for_a_new_session_is_refused_and_stores_nothing(runtime:
         assert db.get(ChatSession, session_id) is None
         assert db.get(Turn, request.turn_id) is None
     assert not any("hello" in str(body) for body in runtime.requests)
+
+
+def test_a_raw_message_naming_another_sessions_turn_stores_nothing(runtime: OpenAIStub) -> None:
+    owner = _raw(uuid.uuid4(), "mine [words: 1]")
+    assert _run(owner).outcome is Outcome.SUCCEEDED
+    stranger = uuid.uuid4()
+    assert _run(_raw(stranger, "yours", owner.turn_id)).outcome is Outcome.FAILED
+    with session_scope() as db:
+        assert db.get(ChatSession, stranger) is None, "no session made for a refused message"
+    assert _counts(owner.session_id) == (1, 2)
