@@ -168,3 +168,38 @@ def test_a_raw_message_naming_another_sessions_turn_stores_nothing(runtime: Open
     with session_scope() as db:
         assert db.get(ChatSession, stranger) is None, "no session made for a refused message"
     assert _counts(owner.session_id) == (1, 2)
+
+
+def test_a_message_of_a_stored_turn_the_claim_does_not_take_is_answered_as_claim_turn(runtime: OpenAIStub) -> None:
+    from models.db import get_engine
+    from worker.producer import cancel_turn
+    from worker.store.claims import ClaimStatus, claim_message, claim_turn
+
+    def claim(turn_id: uuid.UUID, session_id: uuid.UUID, how: Any) -> Any:
+        if how is claim_turn:
+            return claim_turn(
+                turn_id, worker="x@b", session_id=session_id, engine=get_engine(), settings=get_settings()
+            )
+        request = _raw(session_id, "copy", turn_id)
+        return claim_message(
+            request, queue=INTERACTIVE_QUEUE, worker="x@b", engine=get_engine(), settings=get_settings()
+        )
+
+    sid, other = create_session(framework="langgraph"), create_session(framework="langgraph")
+    running = submit_turn(sid, "runs").turn_id
+    assert claim_turn(running, worker="w@a", engine=get_engine(), settings=get_settings()).claim is not None
+    blocked = submit_turn(sid, "after it").turn_id
+    finished = submit_turn(other, "cancelled").turn_id
+    cancel_turn(finished)
+    cases = [
+        (blocked, other, ClaimStatus.CONFLICT),
+        (finished, other, ClaimStatus.FINISHED),
+        (running, sid, ClaimStatus.BUSY),
+        (blocked, sid, ClaimStatus.BLOCKED),
+    ]
+    for turn_id, session_id, status in cases:
+        before = _rows(sid), _rows(other)
+        for how in (claim_turn, claim_message):
+            result = claim(turn_id, session_id, how)
+            assert (result.status, result.claim) == (status, None), how.__name__
+            assert (_rows(sid), _rows(other)) == before, f"{how.__name__} wrote on {status}"
