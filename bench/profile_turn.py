@@ -33,7 +33,7 @@ STAGES: list[tuple[str, str, str]] = [
     ("execute_turn", "worker.runtime.delivery.runner", "execute_turn"),
     ("  claim_message", "worker.store.claims", "claim_message"),
     ("    claims._claim_slow", "worker.store.claims", "_claim_slow"),
-    ("    claims._store (ENSURE_TURN: raw messages, misses)", "worker.store.claims", "_store"),
+    ("    inserts.store_turn (ENSURE_TURN: raw messages, misses)", "worker.store.inserts", "store_turn"),
     ("  TurnEvents.resume (last_seq)", "worker.runtime.delivery.runner", "TurnEvents.resume"),
     ("  run_handler", "worker.runtime.delivery.runner", "run_handler"),
     ("    get_agent_handler", "handlers", "get_agent_handler"),

@@ -428,7 +428,7 @@ class DeletedSession(Base):
     """The SHA-256 digest of a deleted session's id, kept for a while (not the id itself).
 
     A task message of the session may still wait in Redis; the worker would create an unknown
-    session with the defaults, and this tells it not to (`worker.store.claims.ensure_turn`).
+    session with the defaults, and this tells it not to (`worker.store.inserts.store_turn`).
     """
 
     __tablename__ = "deleted_sessions"

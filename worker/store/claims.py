@@ -1,6 +1,7 @@
 """Every transition of a turn's status, and nothing else writes `turns.status`.
 
-insert (`insert_turn`, `ensure_turn`, `insert_queued_turns`) -> queued; claim (`claim_turn`) ->
+insert (`insert_queued_turns`; `insert_turn`, and `store_turn` for a turn that arrived only as a task
+message, in `worker.store.inserts`, re-exported here) -> queued; claim (`claim_turn`, `claim_message`) ->
 running; retry and hand back (`requeue_turn`) and waiting for the model service or a slot of its
 limits (`hold_turn`) -> queued; waiting for a person's decision on its tool calls
 (`worker.store.approvals.pause_turn`) -> awaiting_approval, and back to queued after the decisions
@@ -27,18 +28,20 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any, cast
 
-from sqlalchemy import Connection, Engine, Table, and_, exists, func, insert, select, update
+from sqlalchemy import Connection, Engine, Table, and_, func, insert, update
 from sqlalchemy.orm import Session
 
 from chatq.settings import Settings
 from handlers.base import AgentMessage, Usage
 from models.db import autocommit_scope, connection_scope, session_scope
-from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, DeletedSession, Turn, TurnStatus
-from worker.errors import InvalidTurn, SessionDeleted, SessionNotFound, TurnExists
+from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, Turn, TurnStatus
+from worker.errors import InvalidTurn
 from worker.payload import TurnRequest, session_conflict
+from worker.store import inserts
 from worker.store import transition_sql as sql
 from worker.store.claim_values import Claim, ClaimedSession, ClaimResult, ClaimStatus, Finished, WhyNotClaimed
-from worker.store.turns import NextTurn, check_reply_to, next_in, poison_reason
+from worker.store.inserts import ensure_turn, insert_turn
+from worker.store.turns import NextTurn, next_in, poison_reason
 
 __all__ = [
     "Claim",
@@ -358,42 +361,6 @@ def take_over(db: Session, turn_ids: Sequence[uuid.UUID], *, renewal_interval: f
     return list(db.execute(sql.RELEASE, {"turn_ids": list(turn_ids)}).scalars())
 
 
-def insert_turn(db: Session | Connection, request: TurnRequest, *, queue: str) -> int:
-    """Add a queued turn and its user message; returns the turn's position.
-
-    One statement (take the session's next position, insert the turn and its user message), so it
-    is atomic also in autocommit; taking the position locks the session row. Raises SessionNotFound,
-    or TurnExists when the id is taken (then no position is used, except by a duplicate racing this
-    very insert).
-    """
-    check_reply_to(db, request.session_id, request.reply_to)
-    values = {
-        "session_id": request.session_id,
-        "turn_id": request.turn_id,
-        "queue": queue,
-        "reply_to": request.reply_to,
-        "content": request.content,
-        "images": list(request.images) if request.images else None,
-        "stride": MESSAGE_POSITION_STRIDE,
-    }
-    for _ in range(2):
-        row = db.execute(sql.INSERT_TURN, values).one()
-        if row.position is not None:
-            return int(row.position)
-        # Nothing inserted. The statement's snapshot is older than the session row lock it may
-        # have waited for: a session deleted meanwhile still "exists" in it, and the turn id may
-        # have been taken or freed since. A new statement sees what committed (read committed).
-        turn_exists, session_exists = db.execute(
-            select(exists().where(Turn.id == request.turn_id), exists().where(ChatSession.id == request.session_id))
-        ).one()
-        if turn_exists:
-            raise TurnExists(f"turn {request.turn_id} already exists")
-        if not session_exists:
-            raise SessionNotFound(f"session {request.session_id} does not exist")
-        # Neither: a duplicate of this id rolled back (or was deleted) meanwhile; insert again.
-    raise TurnExists(f"turn {request.turn_id} already exists")
-
-
 def claim_message(request: TurnRequest, *, queue: str, worker: str, engine: Engine, settings: Settings) -> ClaimResult:
     """Claim a delivered message's turn (as `claim_turn`), storing it first when it arrived only
     through Redis (a raw producer's message: its session too, when nobody created it).
@@ -408,8 +375,8 @@ def claim_message(request: TurnRequest, *, queue: str, worker: str, engine: Engi
     claimed = _claim(turn_id, worker=worker, session_id=session_id, engine=engine, settings=settings)
     if claimed is not None:
         return claimed
-    found = _store(request, queue=queue, engine=engine, max_deliveries=settings.max_deliveries)
-    if found is _STORED:
+    found = inserts.store_turn(request, queue=queue, engine=engine, max_deliveries=settings.max_deliveries)
+    if found is inserts.STORED:
         claimed = _claim(turn_id, worker=worker, session_id=session_id, engine=engine, settings=settings)
         if claimed is not None:
             return claimed
@@ -419,59 +386,6 @@ def claim_message(request: TurnRequest, *, queue: str, worker: str, engine: Engi
     return _claim_slow(
         turn_id, worker=worker, engine=engine, settings=settings, expected_session=session_id, found=found
     )
-
-
-_STORED = object()
-"""`_store`'s answer for a turn it stored now."""
-
-
-def _store(request: TurnRequest, *, queue: str, engine: Engine, max_deliveries: int) -> Any:
-    """Run `ENSURE_TURN`: `_STORED`, the `WHY_NOT_CLAIMED` row of a turn that exists, or None when
-    the session kept changing under every round.
-
-    Committed durably: the message is acknowledged only after the turn ends, so a turn whose insert
-    is lost comes again. Raises SessionDeleted or InvalidTurn (see `claim_message`).
-    """
-    digest = DeletedSession.digest_of(request.session_id)
-    values = {
-        "session_id": request.session_id,
-        "turn_id": request.turn_id,
-        "digest": digest,
-        "queue": queue,
-        "reply_to": request.reply_to,
-        "content": request.content,
-        "images": list(request.images) if request.images else None,
-        "stride": MESSAGE_POSITION_STRIDE,
-        "max_deliveries": max_deliveries,
-    }
-    with autocommit_scope(engine) as db:
-        for _ in range(_ROUNDS):
-            row = db.execute(sql.ENSURE_TURN, values).one()
-            if row.position is not None:
-                return _STORED
-            if row.why is not None:
-                return row
-            # Nothing stored and no turn in the statement's snapshot, which is older than a row it
-            # may have waited for (the session created or deleted meanwhile). Say why, or go again.
-            check_reply_to(db, request.session_id, request.reply_to)
-            session_exists, deleted = db.execute(
-                select(
-                    exists().where(ChatSession.id == request.session_id),
-                    exists().where(DeletedSession.digest == digest),
-                )
-            ).one()
-            if deleted and not session_exists:
-                raise SessionDeleted(f"session {request.session_id} was deleted")
-    log.warning("turn %s session %s: the session kept changing; not stored yet", request.turn_id, request.session_id)
-    return None
-
-
-def ensure_turn(request: TurnRequest, *, queue: str, engine: Engine, max_deliveries: int = 1) -> bool:
-    """Store a turn that arrived only through Redis (see `claim_message`); True if it was stored now.
-
-    `max_deliveries` only shapes the why-not row this answer does not use.
-    """
-    return _store(request, queue=queue, engine=engine, max_deliveries=max_deliveries) is _STORED
 
 
 def insert_queued_turns(
