@@ -23,14 +23,15 @@ from typing import Any
 
 BENCHMARKS = ("io_concurrency", "pipeline_overhead", "stream_latency", "dispatch", "history_scale", "session_pages")
 """What runs without names."""
-OPTIONAL = ("peer", "processes", "provider_limits", "durability", "approvals", "schedules")
+OPTIONAL = ("peer", "processes", "provider_limits", "durability", "approvals", "schedules", "raw_intake")
 """Run only when named: `peer` needs LangGraph's server installed (`make bench-peer` runs it);
 `processes` is the measurement behind `chatq worker`'s default of a process per core;
 `provider_limits` is a 600-turn batch at a provider's 300 requests per minute (minutes per variant);
 `durability` is 200 turns of four tool rounds four times over (with and without the journal, with
 and without kill -9 of workers); `approvals` is a decision -> the resumed turn's first model request
 against a fresh submit's (issue 29); `schedules` is one `every=5` schedule for 60 s on two workers, tick ->
-its turn's claim and first model request (issue 30)."""
+its turn's claim and first model request (issue 30); `raw_intake` is a raw task message's turn against
+the producer API's, in-process, CPU and round trips to Postgres (issue 32)."""
 TIME_LIMIT = {
     "peer": 7200,
     "processes": 900,
@@ -38,6 +39,7 @@ TIME_LIMIT = {
     "durability": 1800,
     "approvals": 300,
     "schedules": 240,
+    "raw_intake": 600,
     "io_concurrency": 150,
     "pipeline_overhead": 150,
     "stream_latency": 150,

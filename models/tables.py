@@ -452,7 +452,7 @@ class DeletedSession(Base):
     """The SHA-256 digest of a deleted session's id, kept for a while (not the id itself).
 
     A task message of the session may still wait in Redis; the worker would create an unknown
-    session with the defaults, and this tells it not to (`worker.store.turns.ensure_session`).
+    session with the defaults, and this tells it not to (`worker.store.inserts.store_turn`).
     """
 
     __tablename__ = "deleted_sessions"

@@ -1,6 +1,7 @@
 """Every transition of a turn's status, and nothing else writes `turns.status`.
 
-insert (`insert_turn`, `ensure_turn`, `insert_queued_turns`) -> queued; claim (`claim_turn`) ->
+insert (`insert_queued_turns`; `insert_turn`, and `store_turn` for a turn that arrived only as a task
+message, in `worker.store.inserts`, re-exported here) -> queued; claim (`claim_turn`, `claim_message`) ->
 running; retry and hand back (`requeue_turn`) and waiting for the model service or a slot of its
 limits (`hold_turn`) -> queued; waiting for a person's decision on its tool calls
 (`worker.store.approvals.pause_turn`) -> awaiting_approval, and back to queued after the decisions
@@ -27,18 +28,20 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any, cast
 
-from sqlalchemy import Connection, Engine, Table, and_, exists, func, insert, select, update
+from sqlalchemy import Connection, Engine, Table, and_, func, insert, update
 from sqlalchemy.orm import Session
 
 from chatq.settings import Settings
 from handlers.base import AgentMessage, Usage
 from models.db import autocommit_scope, connection_scope, session_scope
-from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, ChatSession, Turn, TurnStatus
-from worker.errors import InvalidTurn, SessionDeleted, SessionNotFound, TurnExists
+from models.tables import MESSAGE_POSITION_STRIDE, ChatMessage, Turn, TurnStatus
+from worker.errors import InvalidTurn
 from worker.payload import TurnRequest, session_conflict
+from worker.store import inserts
 from worker.store import transition_sql as sql
 from worker.store.claim_values import Claim, ClaimedSession, ClaimResult, ClaimStatus, Finished, WhyNotClaimed
-from worker.store.turns import NextTurn, check_reply_to, ensure_session, next_in, poison_reason
+from worker.store.inserts import ensure_turn, insert_turn
+from worker.store.turns import NextTurn, next_in, poison_reason
 
 __all__ = [
     "Claim",
@@ -46,6 +49,7 @@ __all__ = [
     "ClaimStatus",
     "ClaimedSession",
     "Finished",
+    "claim_message",
     "claim_turn",
     "complete_turn",
     "ensure_turn",
@@ -133,7 +137,13 @@ poison or cancelled) takes two; the rest is for a race lost on the way."""
 
 
 def _claim_slow(
-    turn_id: uuid.UUID, *, worker: str, engine: Engine, settings: Settings, expected_session: uuid.UUID | None = None
+    turn_id: uuid.UUID,
+    *,
+    worker: str,
+    engine: Engine,
+    settings: Settings,
+    expected_session: uuid.UUID | None = None,
+    found: Any = None,
 ) -> ClaimResult:
     """After the claim statement took nothing: one read-only query says why (`WHY_NOT_CLAIMED`).
 
@@ -141,12 +151,14 @@ def _claim_slow(
     turn whose worker stopped is taken over (`take_over`, as the sweeper does) and claimed by the
     claim statement; a pending cancel or a poison turn ends it (`CANCEL_AT_CLAIM`, `POISON_AT_CLAIM`).
     A transition that finds the turn changed since the query is decided again; a turn still changing
-    after `_ROUNDS` rounds is answered BUSY (its message comes back shortly).
+    after `_ROUNDS` rounds is answered BUSY (its message comes back shortly). `found` is the query's
+    row when the caller has it already (`ENSURE_TURN` gives it for a turn that exists).
     """
     params = {"turn_id": turn_id, "session_id": expected_session, "max_deliveries": settings.max_deliveries}
     for _ in range(_ROUNDS):
-        with autocommit_scope(engine) as db:
-            found = db.execute(sql.WHY_NOT_CLAIMED, params).one_or_none()
+        if found is None:
+            with autocommit_scope(engine) as db:
+                found = db.execute(sql.WHY_NOT_CLAIMED, params).one_or_none()
         if found is None:
             return ClaimResult(status=ClaimStatus.NOT_FOUND)
         why = WhyNotClaimed(found.why)
@@ -174,6 +186,7 @@ def _claim_slow(
         claimed = _claim(turn_id, worker=worker, session_id=expected_session, engine=engine, settings=settings)
         if claimed is not None:
             return claimed
+        found = None
     return ClaimResult(status=ClaimStatus.BUSY)
 
 
@@ -348,55 +361,31 @@ def take_over(db: Session, turn_ids: Sequence[uuid.UUID], *, renewal_interval: f
     return list(db.execute(sql.RELEASE, {"turn_ids": list(turn_ids)}).scalars())
 
 
-def insert_turn(db: Session | Connection, request: TurnRequest, *, queue: str) -> int:
-    """Add a queued turn and its user message; returns the turn's position.
+def claim_message(request: TurnRequest, *, queue: str, worker: str, engine: Engine, settings: Settings) -> ClaimResult:
+    """Claim a delivered message's turn (as `claim_turn`), storing it first when it arrived only
+    through Redis (a raw producer's message: its session too, when nobody created it).
 
-    One statement (take the session's next position, insert the turn and its user message), so it
-    is atomic also in autocommit; taking the position locks the session row. Raises SessionNotFound,
-    or TurnExists when the id is taken (then no position is used, except by a duplicate racing this
-    very insert).
+    A message whose turn is stored costs the claim statement alone; one the claim statement did not
+    take costs one more statement (`ENSURE_TURN`), which either stores the turn (then the claim
+    statement runs again) or says why the claim took nothing (then as `claim_turn`). Raises
+    SessionDeleted for a message of a session deleted since it was sent and InvalidTurn for a
+    reply_to that is not a user message of the session; nothing is stored then.
     """
-    check_reply_to(db, request.session_id, request.reply_to)
-    values = {
-        "session_id": request.session_id,
-        "turn_id": request.turn_id,
-        "queue": queue,
-        "reply_to": request.reply_to,
-        "content": request.content,
-        "images": list(request.images) if request.images else None,
-        "stride": MESSAGE_POSITION_STRIDE,
-    }
-    for _ in range(2):
-        row = db.execute(sql.INSERT_TURN, values).one()
-        if row.position is not None:
-            return int(row.position)
-        # Nothing inserted. The statement's snapshot is older than the session row lock it may
-        # have waited for: a session deleted meanwhile still "exists" in it, and the turn id may
-        # have been taken or freed since. A new statement sees what committed (read committed).
-        turn_exists, session_exists = db.execute(
-            select(exists().where(Turn.id == request.turn_id), exists().where(ChatSession.id == request.session_id))
-        ).one()
-        if turn_exists:
-            raise TurnExists(f"turn {request.turn_id} already exists")
-        if not session_exists:
-            raise SessionNotFound(f"session {request.session_id} does not exist")
-        # Neither: a duplicate of this id rolled back (or was deleted) meanwhile; insert again.
-    raise TurnExists(f"turn {request.turn_id} already exists")
-
-
-def ensure_turn(request: TurnRequest, *, queue: str, engine: Engine) -> bool:
-    """Insert a turn that arrived only through Redis; True if it was inserted now."""
-    try:
-        with session_scope(engine) as db:
-            ensure_session(db, request.session_id)
-            insert_turn(db, request, queue=queue)
-    except TurnExists:
-        return False
-    except SessionDeleted:
-        raise
-    except SessionNotFound as exc:  # deleted between the two statements above
-        raise SessionDeleted(f"session {request.session_id} was deleted") from exc
-    return True
+    turn_id, session_id = request.turn_id, request.session_id
+    claimed = _claim(turn_id, worker=worker, session_id=session_id, engine=engine, settings=settings)
+    if claimed is not None:
+        return claimed
+    found = inserts.store_turn(request, queue=queue, engine=engine, max_deliveries=settings.max_deliveries)
+    if found is inserts.STORED:
+        claimed = _claim(turn_id, worker=worker, session_id=session_id, engine=engine, settings=settings)
+        if claimed is not None:
+            return claimed
+        found = None
+    elif found is None:
+        return ClaimResult(status=ClaimStatus.BUSY)  # the session kept changing: the message comes back
+    return _claim_slow(
+        turn_id, worker=worker, engine=engine, settings=settings, expected_session=session_id, found=found
+    )
 
 
 def insert_queued_turns(

@@ -352,6 +352,53 @@ WHY_NOT_CLAIMED = text(
 ).bindparams(bindparam("session_id", value=None))  # no session given: any session
 
 
+ENSURE_TURN = text(
+    f"""
+    -- A delivered message whose turn the claim statement did not take (`claims.claim_message`): a
+    -- turn that arrived only as a task message (a raw producer's) is stored, with its session made
+    -- with the defaults when nobody created it (unless it was deleted: a message left in Redis) and
+    -- its user message; for a turn that exists nothing is written and WHY_NOT_CLAIMED's row says
+    -- why the claim took nothing. One statement, one round trip either way. INSERT_TURN's UPDATE
+    -- cannot see a session this statement creates, so a new session takes position 0 here.
+    WITH fresh AS (
+        INSERT INTO chat_sessions (id, agent_framework, model, metadata, next_turn_position)
+        SELECT :session_id, 'langgraph', NULL, '{{}}'::jsonb, 1
+        WHERE NOT EXISTS (SELECT 1 FROM turns WHERE id = :turn_id)
+          -- A new session holds no message to reply to.
+          AND CAST(:reply_to AS bigint) IS NULL
+          -- Visible to this statement: a session being deleted meanwhile is left alone (the
+          -- UPDATE below then finds it gone, and the caller looks again).
+          AND NOT EXISTS (SELECT 1 FROM chat_sessions WHERE id = :session_id)
+          AND NOT EXISTS (SELECT 1 FROM deleted_sessions WHERE digest = :digest)
+        ON CONFLICT (id) DO NOTHING
+        RETURNING 0 AS position
+    ),
+    taken AS (
+        UPDATE chat_sessions SET next_turn_position = next_turn_position + 1, last_active_at = now()
+        WHERE id = :session_id AND NOT EXISTS (SELECT 1 FROM turns WHERE id = :turn_id)
+          AND (CAST(:reply_to AS bigint) IS NULL OR EXISTS (
+              SELECT 1 FROM chat_messages r WHERE r.id = :reply_to AND r.session_id = :session_id AND r.role = 'user'
+          ))
+        RETURNING next_turn_position - 1 AS position
+    ),
+    turn AS (
+        INSERT INTO turns (id, session_id, position, status, queue, reply_to)
+        SELECT :turn_id, :session_id, place.position, 'queued', :queue, :reply_to
+        FROM (SELECT position FROM fresh UNION ALL SELECT position FROM taken) AS place
+        ON CONFLICT (id) DO NOTHING
+        RETURNING id, position
+    ),
+    message AS (
+        INSERT INTO chat_messages (session_id, turn_id, position, role, content, images)
+        SELECT :session_id, turn.id, turn.position * :stride, 'user', :content, :images FROM turn
+    ),
+    why AS ({WHY_NOT_CLAIMED.text})
+    SELECT (SELECT position FROM turn) AS position, why.*
+    FROM (SELECT 1) AS one LEFT JOIN why ON true
+    """  # noqa: S608 (composed of constant SQL)
+).bindparams(bindparam("images", type_=JSONB), bindparam("reply_to", type_=BigInteger))
+
+
 RELEASE = text(
     """
     -- Expired leases back to the queue (their stops already recorded), so a re-sent message claims them.

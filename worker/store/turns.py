@@ -14,12 +14,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sqlalchemy import Boolean, ColumnElement, Connection, Engine, FromClause, RowMapping, literal_column, select, text
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from models.db import connection_scope, session_scope
-from models.tables import ACTIVE_STATUSES, ChatMessage, ChatSession, DeletedSession, Turn
-from worker.errors import InvalidTurn, SessionDeleted, SessionNotFound
+from models.tables import ACTIVE_STATUSES, ChatMessage, ChatSession, Turn
+from worker.errors import InvalidTurn, SessionNotFound
 from worker.payload import TurnRequest
 
 log = logging.getLogger(__name__)
@@ -55,22 +54,6 @@ def runs_next(turn: FromClause | None = None) -> ColumnElement[bool]:
 def unfinished() -> ColumnElement[bool]:
     """The condition that a row of `turns` is unfinished (queued or running)."""
     return literal_column(f"turns.status {UNFINISHED_SQL}", Boolean)
-
-
-def ensure_session(db: Session, session_id: uuid.UUID) -> None:
-    """Create a session with the defaults if it does not exist (turns sent straight through Redis).
-
-    The model is left NULL like that of any session created without one: the worker's default.
-    """
-    inserted = db.execute(
-        pg_insert(ChatSession)
-        .values(id=session_id, agent_framework="langgraph", model=None, metadata_={})
-        .on_conflict_do_nothing(index_elements=[ChatSession.id])
-        .returning(ChatSession.id)
-    ).first()
-    if inserted is not None and db.get(DeletedSession, DeletedSession.digest_of(session_id)) is not None:
-        # A message of a session deleted since it was sent: the session stays deleted.
-        raise SessionDeleted(f"session {session_id} was deleted")
 
 
 def lock_session(db: Session, session_id: uuid.UUID) -> ChatSession:

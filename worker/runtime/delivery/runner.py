@@ -106,28 +106,18 @@ def _execute(request: TurnRequest, *, queue: str, worker: str, runtime: Runtime)
         send_turn(request.to_message(), queue=queue, client=runtime.redis)
         registry.handed_back(hooks.HandedBack(turn=Facts.of_request(request), running=False))
         return Result(outcome=Outcome.HANDED_BACK)
-    claimed = claims.claim_turn(
-        request.turn_id, worker=worker, session_id=request.session_id, engine=runtime.engine, settings=runtime.settings
-    )
-    if claimed.status is claims.ClaimStatus.NOT_FOUND:
-        try:
-            claims.ensure_turn(request, queue=queue, engine=runtime.engine)
-        except SessionDeleted:
-            # A message left in Redis by a session deleted since: nothing to run, nothing to publish.
-            log.info(
-                "turn %s session %s: the session was deleted; message dropped", request.turn_id, request.session_id
-            )
-            return Result(outcome=Outcome.SKIPPED)
-        except InvalidTurn as exc:
-            reject(request.turn_id, request.session_id, exc.message, runtime=runtime)
-            return Result(outcome=Outcome.FAILED, error=exc.message)
-        claimed = claims.claim_turn(
-            request.turn_id,
-            worker=worker,
-            session_id=request.session_id,
-            engine=runtime.engine,
-            settings=runtime.settings,
+    try:
+        # A raw producer's message (its turn not stored yet) is stored by the claim: one statement more.
+        claimed = claims.claim_message(
+            request, queue=queue, worker=worker, engine=runtime.engine, settings=runtime.settings
         )
+    except SessionDeleted:
+        # A message left in Redis by a session deleted since: nothing to run, nothing to publish.
+        log.info("turn %s session %s: the session was deleted; message dropped", request.turn_id, request.session_id)
+        return Result(outcome=Outcome.SKIPPED)
+    except InvalidTurn as exc:
+        reject(request.turn_id, request.session_id, exc.message, runtime=runtime)
+        return Result(outcome=Outcome.FAILED, error=exc.message)
     status = claimed.status
     if status is claims.ClaimStatus.CONFLICT:
         # The turn belongs to another session: its own messages and events go on untouched, so
