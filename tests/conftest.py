@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Iterator
 
@@ -11,6 +12,16 @@ import pytest
 import worker.wiring  # noqa: F401  (wires the process's hooks, as the Celery app does in a worker)
 from tests.support.env import environ
 from tests.support.services import fresh_database, private_redis_db
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Tests press Ctrl-C on the workers and commands they start (SIGINT). A suite started in the
+    # background by a non-interactive shell (`make test &`, a CI runner) inherits SIGINT ignored,
+    # and an ignored signal stays ignored across exec: a child would not hear a Ctrl-C until it
+    # installs a handler of its own (a worker's first seconds, `chatq batch` never), as it would
+    # from a terminal. Children start from Python's default, as under a terminal.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 pytest_plugins = ["tests.support.fixtures"]
 

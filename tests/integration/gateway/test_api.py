@@ -206,6 +206,10 @@ def test_the_openapi_document_describes_every_endpoint(anonymous: httpx.Client) 
         "/turns/{turn_id}/events": {"get"},
         "/turns/{turn_id}/approvals": {"post"},
         "/approvals": {"get"},
+        "/schedules": {"get", "post"},
+        "/schedules/{schedule_id}": {"get", "patch", "delete"},
+        "/schedules/{schedule_id}/pause": {"post"},
+        "/schedules/{schedule_id}/resume": {"post"},
         "/healthz": {"get"},
         "/readyz": {"get"},
     }
