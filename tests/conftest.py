@@ -23,6 +23,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
+
 pytest_plugins = ["tests.support.fixtures"]
 
 # The `chatq` processes the suite starts run in the checkout, where a developer may keep a `.env`
