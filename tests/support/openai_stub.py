@@ -205,7 +205,9 @@ class OpenAIStub:
 
     @property
     def requests(self) -> list[dict[str, Any]]:
-        """The JSON bodies received on /v1/chat/completions, oldest first (a copy)."""
+        """The JSON bodies received on /v1/chat/completions, oldest first (a copy). A body may lack
+        `messages` (tests of malformed requests post such bodies to the shared stub): read it with
+        `.get("messages", [])`."""
         with self._lock:
             return list(self._requests)
 

@@ -32,7 +32,7 @@ FRAMEWORKS = ("plain_openai", "langgraph")
 
 
 def _requests(stub: OpenAIStub, key: str) -> list[dict[str, Any]]:
-    return [r for r in stub.requests if key in json.dumps(r["messages"])]
+    return [r for r in stub.requests if key in json.dumps(r.get("messages", []))]
 
 
 def _pause(framework: str, path: Path, **session: Any) -> tuple[uuid.UUID, str, str]:

@@ -154,7 +154,11 @@ def test_bad_decisions_are_422_in_one_line_and_a_denial_reaches_the_model(
     assert denied.status_code == 200 and denied.json()["resumed"] is True
     assert wait_for_turn(uuid.UUID(turn_id)).status.value == "succeeded"
     assert lines(out) == []
-    [result] = [r["messages"][-1] for r in openai_stub.requests if r["messages"][-1].get("tool_call_id") == call_id]
+    [result] = [
+        r["messages"][-1]
+        for r in openai_stub.requests
+        if r.get("messages") and r["messages"][-1].get("tool_call_id") == call_id
+    ]
     assert "denied" in result["content"] and "not today" in result["content"]
 
 

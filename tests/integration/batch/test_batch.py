@@ -277,7 +277,9 @@ def test_an_appended_turn_runs_after_the_stored_ones(
     assert [m.role for m in stored] == ["user", "assistant"] * 3
     assert [m.content for m in stored if m.role == "user"] == record_users(record)
     # The new turn ran with the stored turns as its history.
-    request = next(r for r in batch_stub.requests if r["messages"][-1].get("content") == "one more question")
+    request = next(
+        r for r in batch_stub.requests if r.get("messages") and r["messages"][-1].get("content") == "one more question"
+    )
     assert [m["content"] for m in request["messages"] if m["role"] == "user"][-3:] == record_users(record)
 
 

@@ -35,7 +35,7 @@ def test_a_delayed_turn_starts_when_due(
     first: float | None = None
     deadline = time.time() + 15
     while first is None and time.time() < deadline:
-        if any(text in str(message.get("content")) for r in openai_stub.requests for message in r["messages"]):
+        if any(text in str(message.get("content")) for r in openai_stub.requests for message in r.get("messages", [])):
             first = time.time()
         else:
             time.sleep(0.01)

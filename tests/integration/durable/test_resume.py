@@ -50,7 +50,7 @@ def _shape(messages: list[ChatMessage]) -> list[tuple[Any, ...]]:
 
 
 def _requests(stub: OpenAIStub, key: str) -> list[dict[str, Any]]:
-    return [r for r in stub.requests if f"fail-at: {key} " in json.dumps(r["messages"])]
+    return [r for r in stub.requests if f"fail-at: {key} " in json.dumps(r.get("messages", []))]
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

@@ -122,7 +122,9 @@ def test_turns_of_one_session_run_in_order_and_see_earlier_replies(
         assert earlier.finished_at <= later.started_at
     # Each request the model got carries every earlier exchange of the session.
     requests = [
-        r for r in openai_stub.requests if any(str(m.get("content")).startswith("message 4") for m in r["messages"])
+        r
+        for r in openai_stub.requests
+        if any(str(m.get("content")).startswith("message 4") for m in r.get("messages", []))
     ]
     contents = [str(m.get("content")) for m in requests[-1]["messages"]]
     for i in range(4):
