@@ -28,6 +28,7 @@ def test_a_message_sent_with_a_countdown_runs_after_it_and_its_marker_is_dropped
     row = wait_for_turn(turn_id)
     assert row.status.value == "succeeded", row.error
     assert row.started_at is not None and row.started_at >= sent + timedelta(seconds=1.4)
+    in_process.wait_idle()  # the task records its outcome after the turn's row is committed
     assert in_process.outcomes(turn_id) == ["succeeded"]
     client = redis.Redis.from_url(redis_url)
     try:

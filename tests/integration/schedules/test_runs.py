@@ -25,6 +25,7 @@ def test_a_failing_run_is_retried_then_failed_and_the_schedule_goes_on(in_proces
     [first] = schedule_runs(schedule.id)
     row = wait_for_turn(first.turn_id)
     assert (row.status.value, row.attempts) == ("failed", 2), "the retry rule, as for any turn"
+    in_process.wait_idle()  # the task records its outcome after the turn's row is committed
     assert in_process.outcomes(first.turn_id) == ["retry", "failed"]
     assert fire(T0 + timedelta(seconds=20)) == 1, "the previous run ended: overlap=skip lets the next one run"
     after = get_schedule(schedule.id)

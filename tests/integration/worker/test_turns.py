@@ -106,6 +106,7 @@ def test_two_failed_attempts_fail_the_turn_and_the_worker_goes_on(in_process: In
     good = submit_turn(session_id, "are you still there?")
     assert wait_for_turn(good.turn_id).status.value == "succeeded"
     # What the task saw of the failed turn: one retry, then the end (no exception, `in_process.errors`).
+    in_process.wait_idle()  # the task records its outcome after the turn's row is committed
     assert in_process.outcomes(bad.turn_id) == ["retry", "failed"]
 
 
