@@ -14,7 +14,6 @@ The app loads this module with its tasks (`include` in worker/app.py), as it doe
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,45 +22,19 @@ from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 from chatq.masking import mask_secrets
 from worker.runtime.delivery.process import Runtime, current_runtime
 from worker.runtime.recovery.due_steps import DUE_STEPS, DueStep
+from worker.runtime.recovery.periodic import PeriodicThread
 
 log = logging.getLogger(__name__)
 
-STOP_TIMEOUT = 5.0
-"""Seconds shutdown waits for a round in progress before leaving the daemon thread behind."""
 
-
-class DueTimer:
+class DueTimer(PeriodicThread):
     """Runs `steps` on `runtime` every `interval` seconds on a daemon thread until `stop`."""
 
     def __init__(self, *, interval: float, runtime: Runtime, steps: Sequence[DueStep] = DUE_STEPS) -> None:
-        self.interval = interval
+        super().__init__(interval=interval, name="chatq-due-timer")
         self._runtime = runtime
         self._steps = tuple(steps)
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
         self._failing: set[str] = set()
-
-    def start(self) -> None:
-        """Start the thread (once)."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="chatq-due-timer", daemon=True)
-            self._thread.start()
-
-    def stop(self) -> None:
-        """Ask the thread to end after the round in progress, if any; returns at once."""
-        self._stopping.set()
-
-    def join(self, timeout: float = STOP_TIMEOUT) -> bool:
-        """Wait until the thread ended; False if it still runs after `timeout` seconds."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-            return not self._thread.is_alive()
-        return True
-
-    def _run(self) -> None:
-        while not self._stopping.is_set():
-            self.run_round()
-            self._stopping.wait(self.interval)
 
     def run_round(self) -> int:
         """Each step once; returns what they fired. Errors are logged (once per outage at WARNING), never raised."""

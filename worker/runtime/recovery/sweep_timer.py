@@ -15,7 +15,6 @@ handlers there would make an import cycle.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -23,45 +22,19 @@ from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 
 from chatq.masking import mask_secrets
 from worker.runtime.delivery.process import Runtime, current_runtime
+from worker.runtime.recovery.periodic import PeriodicThread
 from worker.runtime.recovery.sweeper import SweepReport, sweep_exclusively
 
 log = logging.getLogger(__name__)
 
-STOP_TIMEOUT = 5.0
-"""Seconds shutdown waits for a sweep in progress before leaving the daemon thread behind."""
 
-
-class SweepTimer:
+class SweepTimer(PeriodicThread):
     """Runs `sweep` every `interval` seconds on a daemon thread until `stop`."""
 
     def __init__(self, *, interval: float, sweep: Callable[[], SweepReport | None]) -> None:
-        self.interval = interval
+        super().__init__(interval=interval, name="chatq-sweep-timer")
         self._sweep = sweep
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
         self._failing = False
-
-    def start(self) -> None:
-        """Start the thread (once)."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="chatq-sweep-timer", daemon=True)
-            self._thread.start()
-
-    def stop(self) -> None:
-        """Ask the thread to end after the sweep in progress, if any; returns at once."""
-        self._stopping.set()
-
-    def join(self, timeout: float = STOP_TIMEOUT) -> bool:
-        """Wait until the thread ended; False if it still runs after `timeout` seconds."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-            return not self._thread.is_alive()
-        return True
-
-    def _run(self) -> None:
-        while not self._stopping.is_set():
-            self.run_round()
-            self._stopping.wait(self.interval)
 
     def run_round(self) -> None:
         """One round; any error is logged (once per outage at WARNING), never raised."""
