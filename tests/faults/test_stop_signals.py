@@ -126,8 +126,10 @@ def test_any_mix_of_stop_signals_is_one_warm_shutdown_without_a_hang(workers: Wo
 BACKLOG = 152
 CONCURRENCY = int(os.environ.get("CHATQ_STOP_CONCURRENCY", "128"))
 """The worker's default concurrency: every queued turn it can take is taken as the shutdown begins."""
-STARTING_WINDOW = 0.5
-"""Seconds a turn past its last check when the shutdown began may take to publish `started`."""
+STARTING_WINDOW = 1.5
+"""Seconds a turn past its last check when the shutdown began may take to publish `started`: well
+under 0.1 s on an idle machine, 0.72 s seen with 2 cores shared by two test processes and private
+Postgres and Redis instances; the fault this guards against started turns for 30 s."""
 """Queued turns behind the running ones (the issue's figure)."""
 
 
