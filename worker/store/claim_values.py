@@ -64,6 +64,8 @@ class ClaimedSession:
     """Its free-form metadata."""
     knowledge_bases: tuple[str, ...]
     """Names of its tenant's knowledge bases attached to it, sorted."""
+    tenant: str | None = None
+    """The tenant that owns the session (None: no tenant); its turns share capacity and budget as it."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -114,6 +114,7 @@ def _claim(
         system_prompt=row["system_prompt"],
         metadata=dict(row["metadata"] or {}),
         knowledge_bases=tuple(row["knowledge_bases"]),
+        tenant=row["tenant"],
     )
     claim = Claim(
         turn_id=turn_id,

@@ -70,7 +70,7 @@ FAST_CLAIM = text(
           AND {runs_next_sql("t")}
         RETURNING t.id, t.session_id, t.position, t.attempts, t.deliveries, t.reply_to, t.queue, t.webhook_url
     )
-    SELECT claimed.*, locked.agent_framework, locked.model, locked.system_prompt, locked.metadata,
+    SELECT claimed.*, locked.agent_framework, locked.model, locked.system_prompt, locked.metadata, locked.tenant,
            coalesce(claimed.webhook_url, locked.webhook_url) IS NOT NULL AS has_webhook,
            m.content, m.images,
            ARRAY(
