@@ -23,6 +23,7 @@ from handlers.approvals import Decision
 from handlers.errors import StepNotRecorded
 from handlers.journal import Step, StepKind
 from handlers.messages import AgentMessage, Usage
+from models.db import autocommit_scope
 
 __all__ = ["TurnJournal", "read_steps"]
 
@@ -98,7 +99,10 @@ class TurnJournal:
     @classmethod
     def open(cls, engine: Engine, *, turn_id: uuid.UUID, lease_token: uuid.UUID, attempt: int) -> TurnJournal:
         """The journal of a claimed turn, with the steps earlier attempts finished (one indexed read)."""
-        with engine.connect() as db:
+        # One statement, so no transaction: the ROLLBACK that would end a read-only one makes
+        # psycopg deallocate every prepared statement of the pooled connection (the claim's,
+        # the reply's...), which each turn then prepares again: 6 to 9 ms a turn (BENCHMARKS.md).
+        with autocommit_scope(engine) as db:
             done = read_steps(db, turn_id)
         return cls(engine, turn_id=turn_id, lease_token=lease_token, attempt=attempt, done=done)
 
