@@ -35,7 +35,28 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _child(side: str) -> None:
+def _wrap_stage(stage: str, spent: dict[str, float]) -> None:
+    """Charge the CPU and wall time of calls to `module:attr` (where its caller looks it up) to `spent`."""
+    import functools
+    import importlib
+
+    module_name, attr = stage.split(":")
+    module = importlib.import_module(module_name)
+    original = getattr(module, attr)
+
+    @functools.wraps(original)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        c0, w0 = time.process_time(), time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            spent["stage_cpu"] += time.process_time() - c0
+            spent["stage_wall"] += time.perf_counter() - w0
+
+    setattr(module, attr, timed)
+
+
+def _child(side: str, stages: list[str]) -> None:
     """The child: runs in a tree given by CHATQ_AB_TREE (its modules first on sys.path)."""
     tree = os.environ["CHATQ_AB_TREE"]
     # Run as a script, this file's directory leads sys.path: its modules would shadow the stdlib's.
@@ -58,17 +79,22 @@ def _child(side: str) -> None:
             sides[side](TEXT)
         counter = Counter()
         counter.install()
+        staged: dict[str, float] = defaultdict(float)
+        for stage in stages:
+            _wrap_stage(stage, staged)
         print("ready", flush=True)
         for line in sys.stdin:
             turns = int(line)
             if turns <= 0:
                 break
             spent: dict[str, float] = defaultdict(float)
+            staged.clear()
             w0 = time.perf_counter()
             with measured(counter, spent):
                 for _ in range(turns):
                     sides[side](TEXT)
             spent["wall"] = time.perf_counter() - w0
+            spent.update(staged)
             print(json.dumps(dict(spent)), flush=True)
 
 
@@ -85,11 +111,11 @@ def _tree(ref: str, scratch: Path, label: str) -> Path:
 class Side:
     """One version's child process."""
 
-    def __init__(self, label: str, tree: Path, side: str) -> None:
+    def __init__(self, label: str, tree: Path, side: str, stages: list[str]) -> None:
         self.label = label
         env = {**os.environ, "CHATQ_AB_TREE": str(tree), "PYTHONPATH": str(tree)}
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--child", side],
+            [sys.executable, str(Path(__file__).resolve()), "--child", side, *(f"--stage={s}" for s in stages)],
             cwd=tree,
             env=env,
             stdin=subprocess.PIPE,
@@ -133,15 +159,17 @@ def _per_turn(blocks: list[dict[str, float]], turns: int) -> dict[str, float]:
         "pg_ms": total["pg"] / n * 1000,
         "wall_ms": total["wall"] / n * 1000,
         "trips": (total.get("statements", 0) + total.get("begins", 0) + total.get("commits", 0)) / n,
+        "stage_cpu_ms": total.get("stage_cpu", 0.0) / n * 1000,
+        "stage_wall_ms": total.get("stage_wall", 0.0) / n * 1000,
     }
 
 
-def run(a: str, b: str, turns: int, rounds: int, side: str) -> dict[str, Any]:
+def run(a: str, b: str, turns: int, rounds: int, side: str, stages: list[str]) -> dict[str, Any]:
     scratch = Path(tempfile.mkdtemp(prefix="chatq_ab_"))
     sides: dict[str, Side] = {}
     try:
         trees = {"A": _tree(a, scratch, "A"), "B": _tree(b, scratch, "B")}
-        sides = {label: Side(label, tree, side) for label, tree in trees.items()}
+        sides = {label: Side(label, tree, side, stages) for label, tree in trees.items()}
         for child in sides.values():
             child.wait_ready()
         per_round: list[dict[str, dict[str, float]]] = []
@@ -161,6 +189,13 @@ def run(a: str, b: str, turns: int, rounds: int, side: str) -> dict[str, Any]:
                 f"round trips A {figures['A']['trips']:.2f} B {figures['B']['trips']:.2f})",
                 flush=True,
             )
+            if stages:
+                print(
+                    f"   stages {'+'.join(stages)}: CPU A {figures['A']['stage_cpu_ms']:.3f} B"
+                    f" {figures['B']['stage_cpu_ms']:.3f} ms, wall A {figures['A']['stage_wall_ms']:.3f}"
+                    f" B {figures['B']['stage_wall_ms']:.3f} ms per turn",
+                    flush=True,
+                )
     finally:
         for child in sides.values():
             child.stop()
@@ -178,6 +213,7 @@ def run(a: str, b: str, turns: int, rounds: int, side: str) -> dict[str, Any]:
         print(
             f"  {label}: {m['ms']:6.2f} ms/turn CPU (process {m['proc_ms']:.2f} + postgres {m['pg_ms']:.2f}),"
             f" wall {m['wall_ms']:.2f} ms, {m['trips']:.2f} round trips to Postgres"
+            + (f"; stages CPU {m['stage_cpu_ms']:.3f} ms, wall {m['stage_wall_ms']:.3f} ms" if stages else "")
         )
     print(
         f"  B/A CPU: median {statistics.median(ratios):.3f} (spread {ratios[0]:.3f} .. {ratios[-1]:.3f});"
@@ -193,12 +229,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--turns", type=int, default=40, help="turns per block (4 blocks a round)")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--side", choices=("api", "raw"), default="api")
+    parser.add_argument(
+        "--stage",
+        action="append",
+        default=[],
+        help="module:attr to time as well, where its caller looks it up (worker.runtime.delivery.runner:open_journal)",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        _child(args.child)
+        _child(args.child, args.stage)
         return
-    run(args.a, args.b, args.turns, args.rounds, args.side)
+    run(args.a, args.b, args.turns, args.rounds, args.side, args.stage)
 
 
 if __name__ == "__main__":

@@ -94,6 +94,9 @@ class Claim:
     """The queue the turn travels on."""
     has_webhook: bool = False
     """Whether the turn (or its session) has a webhook to POST it to when it ends."""
+    has_steps: bool = True
+    """Whether earlier attempts left steps in the turn's journal, as the claim saw it (False: the
+    attempt starts with an empty journal without reading it)."""
 
     def to_message(self) -> dict[str, Any]:
         """The turn's `chatq.run_turn` message, to send it again."""

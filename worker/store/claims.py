@@ -128,6 +128,7 @@ def _claim(
         reply_to=row["reply_to"],
         queue=row["queue"],
         has_webhook=bool(row["has_webhook"]),
+        has_steps=bool(row["has_steps"]),
     )
     return ClaimResult(status=ClaimStatus.CLAIMED, claim=claim)
 

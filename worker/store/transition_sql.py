@@ -73,6 +73,8 @@ FAST_CLAIM = text(
     SELECT claimed.*, locked.agent_framework, locked.model, locked.system_prompt, locked.metadata, locked.tenant,
            coalesce(claimed.webhook_url, locked.webhook_url) IS NOT NULL AS has_webhook,
            m.content, m.images,
+           -- Whether an earlier attempt left steps: the journal is read only then (`resume.open_journal`).
+           EXISTS (SELECT 1 FROM turn_steps st WHERE st.turn_id = claimed.id) AS has_steps,
            ARRAY(
                SELECT kb.name FROM session_knowledge_bases skb
                JOIN knowledge_bases kb ON kb.id = skb.knowledge_base_id

@@ -16,8 +16,13 @@ def open_journal(claim: claims.Claim, runtime: Runtime) -> TurnJournal:
     """The claimed turn's journal (`worker.store.journal`), with the steps earlier attempts finished.
 
     Postgres unreachable: the turn goes back to the queue if the database lets us (else its lease
-    runs out), and the outage propagates for the task to retry the delivery.
+    runs out), and the outage propagates for the task to retry the delivery. A claim that saw no
+    steps (the usual first attempt) opens an empty journal without reading it.
     """
+    if not claim.has_steps:
+        return TurnJournal(
+            runtime.engine, turn_id=claim.turn_id, lease_token=claim.lease_token, attempt=claim.attempt, done=()
+        )
     try:
         return TurnJournal.open(
             runtime.engine, turn_id=claim.turn_id, lease_token=claim.lease_token, attempt=claim.attempt
