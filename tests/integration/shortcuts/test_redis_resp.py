@@ -3,6 +3,7 @@ same replies and errors either way, and the shortcut's own packing, reply readin
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 
@@ -95,3 +96,30 @@ def test_a_connection_the_server_closed_is_replaced(path: str, client: redis.Red
     assert admin.client_kill_filter(_id=str(client_id)) == 1
     assert roundtrip(client, [("PING",)]) in ([True], [b"PONG"])
     admin.close()
+
+
+def test_round_trips_keep_their_connection_and_a_forked_child_makes_its_own(client: redis.Redis) -> None:
+    (first,) = roundtrip(client, [("CLIENT", "ID")])
+    pool = client.connection_pool
+    taken = []
+    get_connection = pool.get_connection
+    pool.get_connection = lambda: taken.append(1) or get_connection()  # type: ignore[method-assign]
+    try:
+        assert [roundtrip(client, [("CLIENT", "ID")]) for _ in range(3)] == [[first]] * 3
+    finally:
+        del pool.get_connection
+    assert taken == [], "each round trip took a connection from the pool"
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its round trip must not share the parent's socket
+        try:
+            (child,) = roundtrip(client, [("CLIENT", "ID")])
+            os.write(write, str(child).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child_id = int(os.read(read, 64) or b"0")
+    os.close(read)
+    assert child_id not in (0, first)
+    assert roundtrip(client, [("CLIENT", "ID")]) == [first]
