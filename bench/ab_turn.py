@@ -7,7 +7,8 @@ Each version runs in a child process of its own, from its own tree: `.` is this 
 directory. Each child makes its own throw-away database and Redis db and its own stub, warms up
 (clients, graph, pools, prepared statements), then runs blocks of `--turns` turns when told, the
 whole way of a turn in-process as `bench/raw_intake.py` does (`api`: `create_session` +
-`submit_turn` + the task body; `raw`: a raw task message, the worker stores session and turn).
+`submit_turn` + the task body; `raw`: a raw task message, the worker stores session and turn;
+`session`: every turn in one session, so the history grows and is trimmed to its budget).
 Blocks alternate A B B A (then B A A B), so both versions share the machine's load; both children
 stay alive for the whole run.
 
@@ -56,6 +57,31 @@ def _wrap_stage(stage: str, spent: dict[str, float]) -> None:
     setattr(module, attr, timed)
 
 
+def _one_session() -> Any:
+    """The `session` side: every turn in one session, so each reads a growing history (trimmed to
+    the budget once it is long), as the producer API and the task body run it."""
+    from bench.raw_intake import MODEL
+    from worker.payload import parse_turn_request
+    from worker.producer import create_session, submit_turn
+    from worker.runtime.delivery.process import current_runtime
+    from worker.runtime.delivery.runner import execute_turn
+
+    runtime = current_runtime()
+    session_id = create_session(framework="langgraph", model=MODEL)
+
+    def one(content: str) -> None:
+        turn = submit_turn(session_id, content)
+        kwargs = {"turn_id": str(turn.turn_id), "session_id": str(session_id), "content": content}
+        request = parse_turn_request(
+            {**kwargs, "images": None, "reply_to": None}, task_id=str(turn.turn_id), settings=runtime.settings
+        )
+        result = execute_turn(request, queue="chatq", worker="ab@bench", runtime=runtime)
+        if result.outcome.value != "succeeded":
+            raise RuntimeError(f"turn {request.turn_id}: {result.outcome} {result.error}")
+
+    return one
+
+
 def _child(side: str, stages: list[str]) -> None:
     """The child: runs in a tree given by CHATQ_AB_TREE (its modules first on sys.path)."""
     tree = os.environ["CHATQ_AB_TREE"]
@@ -75,6 +101,7 @@ def _child(side: str, stages: list[str]) -> None:
         import worker.wiring  # the hooks a worker process wires; the runner needs them
 
         sides = _sides()
+        sides["session"] = _one_session()
         for _ in range(10):
             sides[side](TEXT)
         counter = Counter()
@@ -228,7 +255,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--b", default=".", help="git ref, or . for this checkout (default)")
     parser.add_argument("--turns", type=int, default=40, help="turns per block (4 blocks a round)")
     parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--side", choices=("api", "raw"), default="api")
+    parser.add_argument(
+        "--side",
+        choices=("api", "raw", "session"),
+        default="api",
+        help="api: a new session per turn; raw: raw task messages; session: every turn in one session (history)",
+    )
     parser.add_argument(
         "--stage",
         action="append",

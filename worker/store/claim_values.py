@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from models.history import HistoryRow
 from worker.payload import task_message
 from worker.store.turns import NextTurn
 
-__all__ = ["Claim", "ClaimResult", "ClaimStatus", "ClaimedSession", "Finished", "WhyNotClaimed"]
+__all__ = ["Claim", "ClaimResult", "ClaimStatus", "ClaimedSession", "Finished", "WhyNotClaimed", "history_head_of"]
 
 
 class ClaimStatus(enum.StrEnum):
@@ -94,6 +95,9 @@ class Claim:
     """The queue the turn travels on."""
     has_webhook: bool = False
     """Whether the turn (or its session) has a webhook to POST it to when it ends."""
+    history_head: tuple[HistoryRow, ...] | None = None
+    """The session's newest history rows (at most `transition_sql.HISTORY_HEAD`, newest first), as
+    the claim read them; None when it read none (a reply_to turn)."""
     has_steps: bool = True
     """Whether earlier attempts left steps in the turn's journal, as the claim saw it (False: the
     attempt starts with an empty journal without reading it)."""
@@ -133,3 +137,20 @@ class Finished:
     """False when the lease was lost: nothing was written."""
     next_turn: NextTurn | None = None
     """The session's next queued turn, to send now (found in the same transaction)."""
+
+
+def history_head_of(rows: list[dict[str, Any]] | None) -> tuple[HistoryRow, ...] | None:
+    """The claim statement's `history_head` (JSON rows) as `models.history` reads them."""
+    if rows is None:
+        return None
+    return tuple(
+        HistoryRow(
+            position=int(row["position"]),
+            turn_id=uuid.UUID(row["turn_id"]),
+            role=row["role"],
+            content=row["content"],
+            tool_calls=row["tool_calls"] or None,
+            tool_call_id=row["tool_call_id"],
+        )
+        for row in rows
+    )

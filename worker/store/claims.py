@@ -39,7 +39,15 @@ from worker.errors import InvalidTurn
 from worker.payload import TurnRequest, session_conflict
 from worker.store import inserts
 from worker.store import transition_sql as sql
-from worker.store.claim_values import Claim, ClaimedSession, ClaimResult, ClaimStatus, Finished, WhyNotClaimed
+from worker.store.claim_values import (
+    Claim,
+    ClaimedSession,
+    ClaimResult,
+    ClaimStatus,
+    Finished,
+    WhyNotClaimed,
+    history_head_of,
+)
 from worker.store.inserts import ensure_turn, insert_turn
 from worker.store.turns import NextTurn, next_in, poison_reason
 
@@ -129,6 +137,7 @@ def _claim(
         queue=row["queue"],
         has_webhook=bool(row["has_webhook"]),
         has_steps=bool(row["has_steps"]),
+        history_head=history_head_of(row["history_head"]),
     )
     return ClaimResult(status=ClaimStatus.CLAIMED, claim=claim)
 

@@ -18,6 +18,9 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 from worker.store.turns import UNFINISHED_SQL, next_runnable_sql, poison_sql, runs_next_sql
 
+HISTORY_HEAD = 16
+"""History rows the claim statement reads (the newest): the first page `handlers.history` asks for."""
+
 
 def end_delivery_sql(ended: str, *, where: str = "true") -> str:
     """The insert of the `ended` webhook delivery of each turn `ended` returns (its `id`), where `where`
@@ -75,6 +78,17 @@ FAST_CLAIM = text(
            m.content, m.images,
            -- Whether an earlier attempt left steps: the journal is read only then (`resume.open_journal`).
            EXISTS (SELECT 1 FROM turn_steps st WHERE st.turn_id = claimed.id) AS has_steps,
+           -- The history's newest rows, as `models.history`'s first page reads them (one round trip
+           -- less per turn, `worker.runtime.delivery.claimed_store`); none for a reply_to turn.
+           CASE WHEN claimed.reply_to IS NULL THEN (
+               SELECT coalesce(json_agg(h ORDER BY h.position DESC), '[]')
+               FROM (
+                   SELECT hm.position, hm.turn_id, hm.role, hm.content, hm.tool_calls, hm.tool_call_id
+                   FROM chat_messages hm JOIN turns ht ON ht.id = hm.turn_id
+                   WHERE hm.session_id = claimed.session_id AND ht.status = 'succeeded'
+                   ORDER BY hm.position DESC LIMIT {HISTORY_HEAD}
+               ) h
+           ) END AS history_head,
            ARRAY(
                SELECT kb.name FROM session_knowledge_bases skb
                JOIN knowledge_bases kb ON kb.id = skb.knowledge_base_id

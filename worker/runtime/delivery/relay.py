@@ -110,11 +110,11 @@ def _source(
     """How to start the handler's event stream: prepared here for an adapter, as sent for a plain handler."""
     if isinstance(handler, PreparedTurnHandler):
         from handlers.turn_input import build_turn_input
-        from models.turn_store import PostgresTurnStore
+        from worker.runtime.delivery.claimed_store import ClaimedTurnStore
 
-        # The store hands the turn its data (history rows, knowledge bases, their search, the paid-call
-        # recorder), the runtime its settings; a database error raised from the store comes back here
-        # unchanged for the runner to classify.
+        # The store hands the turn its data (history rows, the newest as the claim read them, knowledge
+        # bases, their search, the paid-call recorder), the runtime its settings; a database error
+        # raised from the store comes back here unchanged for the runner to classify.
         turn = build_turn_input(
             session,
             claim.content,
@@ -122,7 +122,7 @@ def _source(
             reply_to=claim.reply_to,
             calls_tools=handler.calls_tools,
             settings=runtime.handler_settings,
-            store=PostgresTurnStore(),
+            store=ClaimedTurnStore(claim),
             journal=journal,
         )
         return lambda: handler.stream_turn(turn)
