@@ -82,6 +82,33 @@ def _one_session() -> Any:
     return one
 
 
+def _raw_as_the_task_runs_it() -> Any:
+    """The `raw` side: `bench/raw_intake.py`'s raw producer (the message only, for a session nobody
+    created), its turn run as the task body runs it: told the message has no chatq header where the
+    runner takes that (`execute_turn(stored=...)`)."""
+    import inspect
+    import uuid
+
+    from worker.app import app
+    from worker.payload import parse_turn_request
+    from worker.runtime.delivery.process import current_runtime
+    from worker.runtime.delivery.runner import execute_turn
+
+    runtime = current_runtime()
+    told = {"stored": False} if "stored" in inspect.signature(execute_turn).parameters else {}
+
+    def raw(content: str) -> None:
+        turn_id, session_id = uuid.uuid4(), uuid.uuid4()
+        kwargs = {"turn_id": str(turn_id), "session_id": str(session_id), "content": content, "images": None}
+        app.send_task("chatq.run_turn", kwargs={**kwargs, "reply_to": None}, task_id=str(turn_id), queue="chatq")
+        request = parse_turn_request({**kwargs, "reply_to": None}, task_id=str(turn_id), settings=runtime.settings)
+        result = execute_turn(request, queue="chatq", worker="ab@bench", runtime=runtime, **told)
+        if result.outcome.value != "succeeded":
+            raise RuntimeError(f"turn {request.turn_id}: {result.outcome} {result.error}")
+
+    return raw
+
+
 def _child(side: str, stages: list[str]) -> None:
     """The child: runs in a tree given by CHATQ_AB_TREE (its modules first on sys.path)."""
     tree = os.environ["CHATQ_AB_TREE"]
@@ -102,6 +129,7 @@ def _child(side: str, stages: list[str]) -> None:
 
         sides = _sides()
         sides["session"] = _one_session()
+        sides["raw"] = _raw_as_the_task_runs_it()
         for _ in range(10):
             sides[side](TEXT)
         counter = Counter()

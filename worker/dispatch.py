@@ -29,6 +29,11 @@ log = logging.getLogger(__name__)
 WEBHOOK_TASK_NAME = "chatq.deliver_webhook"
 """The webhook delivery task's name."""
 
+STORED_HEADER = "chatq_stored"
+"""A message header chatq's own turn messages carry: their turn is stored before they are sent. A
+message without it (a raw producer's) is stored by the worker before its claim
+(`worker.store.claims.claim_message`), which spares that claim's certain miss."""
+
 _PENDING_END = text(
     """
     -- Recorded with the end (`worker.store.transition_sql.end_delivery_sql`); still to be sent.
@@ -73,6 +78,7 @@ def send_turns(
                     # Flower and task logs show ids and sizes, never the user's words.
                     kwargsrepr=redacted_kwargs(message),
                     argsrepr="()",
+                    headers={STORED_HEADER: True},
                     retry=True,
                     retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 2},
                 )

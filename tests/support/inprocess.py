@@ -35,6 +35,7 @@ from sqlalchemy import Engine
 from chatq.settings import Settings, get_settings
 from models.db import get_engine
 from tests.support.env import environ
+from worker.dispatch import STORED_HEADER
 from worker.errors import InvalidTurn
 from worker.events import get_redis
 from worker.markers import mark_taken
@@ -107,6 +108,8 @@ class Delivery:
     """The list the message was taken from."""
     retries: int
     """Celery's retry counter: how many times the task re-sent it."""
+    stored: bool = False
+    """Whether it carries chatq's header (`worker.dispatch.STORED_HEADER`): its turn was stored before it was sent."""
 
 
 class InProcessWorker:
@@ -259,6 +262,7 @@ class InProcessWorker:
             kwargs=kwargs,
             queue=queue,
             retries=int(headers.get("retries") or 0),
+            stored=bool(headers.get(STORED_HEADER)),
         )
         if delivery.task == TASK_NAME:
             # As the worker's task_received handler (worker.ops.signals).
@@ -302,7 +306,7 @@ class InProcessWorker:
             reject(*_ids(delivery), exc.message, runtime=runtime)
             return
         try:
-            result = execute_turn(request, queue=queue, worker=self.name, runtime=runtime)
+            result = execute_turn(request, queue=queue, worker=self.name, runtime=runtime, stored=delivery.stored)
         except OUTAGE_ERRORS as exc:
             decision = retry_after_outage(request, exc, delivery.retries, runtime=runtime)
             self._schedule(delivery, decision.delay)

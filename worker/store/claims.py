@@ -372,7 +372,9 @@ def take_over(db: Session, turn_ids: Sequence[uuid.UUID], *, renewal_interval: f
     return list(db.execute(sql.RELEASE, {"turn_ids": list(turn_ids)}).scalars())
 
 
-def claim_message(request: TurnRequest, *, queue: str, worker: str, engine: Engine, settings: Settings) -> ClaimResult:
+def claim_message(
+    request: TurnRequest, *, queue: str, worker: str, engine: Engine, settings: Settings, stored: bool = True
+) -> ClaimResult:
     """Claim a delivered message's turn (as `claim_turn`), storing it first when it arrived only
     through Redis (a raw producer's message: its session too, when nobody created it).
 
@@ -380,12 +382,15 @@ def claim_message(request: TurnRequest, *, queue: str, worker: str, engine: Engi
     take costs one more statement (`ENSURE_TURN`), which either stores the turn (then the claim
     statement runs again) or says why the claim took nothing (then as `claim_turn`). Raises
     SessionDeleted for a message of a session deleted since it was sent and InvalidTurn for a
-    reply_to that is not a user message of the session; nothing is stored then.
+    reply_to that is not a user message of the session; nothing is stored then. `stored=False` (a
+    message that did not come from chatq's producer, `worker.dispatch.STORED_HEADER`) runs
+    `ENSURE_TURN` first: its turn is most likely not stored, and the claim statement would miss.
     """
     turn_id, session_id = request.turn_id, request.session_id
-    claimed = _claim(turn_id, worker=worker, session_id=session_id, engine=engine, settings=settings)
-    if claimed is not None:
-        return claimed
+    if stored:
+        claimed = _claim(turn_id, worker=worker, session_id=session_id, engine=engine, settings=settings)
+        if claimed is not None:
+            return claimed
     found = inserts.store_turn(request, queue=queue, engine=engine, max_deliveries=settings.max_deliveries)
     if found is inserts.STORED:
         claimed = _claim(turn_id, worker=worker, session_id=session_id, engine=engine, settings=settings)

@@ -78,15 +78,17 @@ class Result:
     """For SUCCEEDED: the total tokens the model service reported (they correct the shared limits)."""
 
 
-def execute_turn(request: TurnRequest, *, queue: str, worker: str, runtime: Runtime) -> Result:
+def execute_turn(request: TurnRequest, *, queue: str, worker: str, runtime: Runtime, stored: bool = True) -> Result:
     """Run one delivery of a turn end to end; outages (`worker.storable.is_outage`) propagate to the caller.
 
     Data Postgres refuses is never an outage: a claimed turn fails at once (`_run_claimed`), and a
-    message refused before its claim is rejected here, with nothing stored.
+    message refused before its claim is rejected here, with nothing stored. `stored=False`: the
+    message did not come from chatq's producer (`worker.dispatch.STORED_HEADER`), so its turn is
+    most likely not stored yet (`worker.store.claims.claim_message`).
     """
     with turn_context(turn_id=request.turn_id, session_id=request.session_id):
         try:
-            return _execute(request, queue=queue, worker=worker, runtime=runtime)
+            return _execute(request, queue=queue, worker=worker, runtime=runtime, stored=stored)
         except Exception as exc:
             if not is_refusal(exc):
                 raise
@@ -95,7 +97,7 @@ def execute_turn(request: TurnRequest, *, queue: str, worker: str, runtime: Runt
             return Result(outcome=Outcome.FAILED, error=error)
 
 
-def _execute(request: TurnRequest, *, queue: str, worker: str, runtime: Runtime) -> Result:
+def _execute(request: TurnRequest, *, queue: str, worker: str, runtime: Runtime, stored: bool) -> Result:
     registry = runtime.hooks
     # The message's sent-marker was dropped on receipt (worker.ops.signals), before the pool ran this.
     registry.before_claim(
@@ -109,7 +111,7 @@ def _execute(request: TurnRequest, *, queue: str, worker: str, runtime: Runtime)
     try:
         # A raw producer's message (its turn not stored yet) is stored by the claim: one statement more.
         claimed = claims.claim_message(
-            request, queue=queue, worker=worker, engine=runtime.engine, settings=runtime.settings
+            request, queue=queue, worker=worker, engine=runtime.engine, settings=runtime.settings, stored=stored
         )
     except SessionDeleted:
         # A message left in Redis by a session deleted since: nothing to run, nothing to publish.

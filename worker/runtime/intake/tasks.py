@@ -12,6 +12,7 @@ from celery.exceptions import InvalidTaskError
 from celery.signals import task_internal_error
 
 from worker.app import app
+from worker.dispatch import STORED_HEADER
 from worker.errors import InvalidTurn, TurnFailed
 from worker.payload import BATCH_QUEUE, INTERACTIVE_QUEUE, parse_turn_request, parse_uuid, redacted_kwargs
 from worker.runtime.delivery.process import current_runtime
@@ -56,7 +57,11 @@ def run_turn(self: Task[Any, Any], *args: Any, **kwargs: Any) -> str:
         reject(*_ids(kwargs, self.request.id), exc.message, runtime=runtime)
         raise TurnFailed(f"rejected: {exc.message}") from None
     try:
-        result = execute_turn(request, queue=queue, worker=self.request.hostname or "worker", runtime=runtime)
+        # A message without chatq's header (a raw producer's) is stored before it is claimed.
+        stored = bool(getattr(self.request, STORED_HEADER, False))
+        result = execute_turn(
+            request, queue=queue, worker=self.request.hostname or "worker", runtime=runtime, stored=stored
+        )
     except INFRASTRUCTURE_ERRORS as exc:
         decision = retry_after_outage(request, exc, self.request.retries, runtime=runtime)
         raise self.retry(exc=exc, countdown=decision.delay, queue=queue, **_hidden(kwargs)) from None
