@@ -110,9 +110,16 @@ def _webhook_report(db: Session, turn: Turn) -> dict[str, Any] | None:
 
 
 def usage_report(
-    session_id: uuid.UUID | str | None = None, *, batch: str | None = None, prices: str | None = None
+    session_id: uuid.UUID | str | None = None,
+    *,
+    batch: str | None = None,
+    prices: str | None = None,
+    tenant: str | None = None,
 ) -> dict[str, Any]:
-    """Token usage and costs, overall, for one session or for one batch, with breakdowns per model and tool.
+    """Token usage and costs, overall, for one session, one batch or one tenant, per model and tool.
+
+    `tenant`: only the sessions of that tenant (with what is kept of its deleted sessions); a
+    tenant with no sessions has zeros (tenants are not registered anywhere).
 
     Keys: `session_id`, `batch`, `turns`, `prompt_tokens`, `completion_tokens`, `total_tokens`,
     `by_model` (each with `estimated_cost`), `tool_calls`, `tool_cost`, `by_tool` (`tool`, `calls`,
@@ -166,6 +173,9 @@ def usage_report(
             in_batch = ChatSession.metadata_["batch"].astext == batch
             query = query.where(in_batch)
             tools = tools.join(ChatSession, ChatSession.id == PaidToolCall.session_id).where(in_batch)
+        if tenant is not None:
+            query = query.where(ChatSession.tenant == tenant)
+            tools = tools.where(PaidToolCall.session_id.in_(select(ChatSession.id).where(ChatSession.tenant == tenant)))
         by_model: list[dict[str, Any]] = []
         token_cost = Decimal(0)
         unpriced: list[str] = []
@@ -173,8 +183,8 @@ def usage_report(
         tool_rows: list[tuple[Any, ...]] = [tuple(row) for row in db.execute(tools).all()]
         if session_uuid is None and batch is None:
             # Deleted sessions' usage lives on, aggregated, in usage_rollups: it counts in the totals.
-            model_rows = _merged(model_rows, db.execute(_rolled_up_tokens()).all())
-            tool_rows = _merged(tool_rows, db.execute(_rolled_up_tools()).all())
+            model_rows = _merged(model_rows, db.execute(_rolled_up_tokens(tenant)).all())
+            tool_rows = _merged(tool_rows, db.execute(_rolled_up_tools(tenant)).all())
         for model, n, p, c, t in model_rows:
             # NULL: sessions on the worker's default model, which this process cannot know to price.
             cost = None if model is None else table.token_cost(model, int(p), int(c))
@@ -207,6 +217,7 @@ def usage_report(
         **totals,
         "by_model": by_model,
         "batch": batch,
+        "tenant": tenant,
         "tool_calls": sum(row["calls"] for row in by_tool),
         "tool_cost": _money(tool_cost),
         "by_tool": by_tool,
@@ -217,8 +228,8 @@ def usage_report(
     }
 
 
-def _rolled_up_tokens() -> Any:
-    return (
+def _rolled_up_tokens(tenant: str | None = None) -> Any:
+    query = (
         select(
             UsageRollup.model,
             func.sum(UsageRollup.turns),
@@ -229,10 +240,11 @@ def _rolled_up_tokens() -> Any:
         .where(UsageRollup.tool_name.is_(None))
         .group_by(UsageRollup.model)
     )
+    return query if tenant is None else query.where(UsageRollup.tenant == tenant)
 
 
-def _rolled_up_tools() -> Any:
-    return (
+def _rolled_up_tools(tenant: str | None = None) -> Any:
+    query = (
         select(
             UsageRollup.tool_name,
             func.sum(UsageRollup.tool_calls),
@@ -242,6 +254,7 @@ def _rolled_up_tools() -> Any:
         .where(UsageRollup.tool_name.is_not(None))
         .group_by(UsageRollup.tool_name)
     )
+    return query if tenant is None else query.where(UsageRollup.tenant == tenant)
 
 
 def _merged(rows: list[tuple[Any, ...]], more: Any) -> list[tuple[Any, ...]]:

@@ -5,7 +5,7 @@
     chatq watch [SESSION] [--turn TURN] [--json]
     chatq show TURN [--json]
     chatq cancel TURN
-    chatq usage [--session S] [--batch BATCH_ID] [--json]
+    chatq usage [--session S] [--batch BATCH_ID] [--tenant TENANT] [--json]
 
 These are producer commands: they import no agent framework, so `chatq submit` returns its turn id
 quickly. Errors are one line on stderr and exit code 1 (`worker.cli.commands.main`). Only the
@@ -65,6 +65,7 @@ def register(sub: Any) -> None:
     usage = sub.add_parser("usage", help="token usage totals")
     usage.add_argument("--session", metavar="S")
     usage.add_argument("--batch", metavar="BATCH_ID", help="only the sessions of this batch")
+    usage.add_argument("--tenant", metavar="TENANT", help="only the sessions of this tenant")
     usage.add_argument("--json", action="store_true")
     usage.set_defaults(func=cmd_usage)
 
@@ -268,11 +269,21 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def cmd_usage(args: argparse.Namespace) -> int:
     from worker.queries import format_usage, usage_report
+    from worker.tenant_usage import format_tenant_spend, spend_by_tenant
 
-    report = usage_report(args.session, batch=args.batch, prices=args.settings.prices)
+    report = usage_report(args.session, batch=args.batch, prices=args.settings.prices, tenant=args.tenant)
+    overall = args.session is None and args.batch is None and args.tenant is None
+    # Overall, each tenant's spend too; shown only once some session belongs to a tenant.
+    tenants = spend_by_tenant(args.settings.prices) if overall else []
+    if not any(row.tenant is not None for row in tenants):
+        tenants = []
     if args.json:
-        _print_json(report)
+        _print_json({**report, "by_tenant": [row.as_dict() for row in tenants]} if overall else report)
         return EXIT_OK
     for line in format_usage(report):
         print(line)
+    if tenants:
+        print()
+        for line in format_tenant_spend(tenants, report.get("currency") or ""):
+            print(line)
     return EXIT_OK

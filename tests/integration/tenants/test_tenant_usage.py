@@ -1,0 +1,103 @@
+"""`chatq usage` per tenant: `--tenant T` narrows the report, the overall report adds a row per tenant."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from decimal import Decimal
+
+import pytest
+from sqlalchemy import update
+
+from models.db import session_scope
+from models.tables import ChatSession, Turn
+from tests.support.cli import chatq_here
+from tests.support.factories import add_turn, assistant, create_session, user
+from worker.producer import delete_session
+from worker.queries import usage_report
+from worker.tenant_usage import spend_by_tenant
+
+pytestmark = pytest.mark.usefixtures("chatq_env")
+
+PRICES = '{"models": {"gpt-4o-mini": {"prompt": 0.15, "completion": 0.6}}, "currency": "USD"}'
+
+
+def _tenant_session(tenant: str | None, model: str = "gpt-4o-mini") -> uuid.UUID:
+    session_id = create_session(model=model)
+    with session_scope() as db:
+        db.execute(update(ChatSession).where(ChatSession.id == session_id).values(tenant=tenant))
+    return session_id
+
+
+def _turn(session_id: uuid.UUID, prompt: int, completion: int) -> None:
+    ref = add_turn(session_id, [user("q"), assistant("a")])
+    with session_scope() as db:
+        db.execute(
+            update(Turn)
+            .where(Turn.id == ref.id)
+            .values(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+        )
+
+
+def _names() -> tuple[str, str]:
+    suffix = uuid.uuid4().hex[:8]
+    return f"acme-{suffix}", f"globex-{suffix}"
+
+
+def test_a_tenant_report_counts_only_that_tenants_sessions() -> None:
+    acme, globex = _names()
+    _turn(_tenant_session(acme), 1_000_000, 0)
+    _turn(_tenant_session(acme), 0, 1_000_000)
+    _turn(_tenant_session(globex), 2_000_000, 0)
+    report = usage_report(tenant=acme, prices=PRICES)
+    assert (report["tenant"], report["turns"], report["prompt_tokens"], report["completion_tokens"]) == (
+        acme,
+        2,
+        1_000_000,
+        1_000_000,
+    )
+    assert report["estimated_cost"] == pytest.approx(0.15 + 0.6)
+    nobody = usage_report(tenant=f"nobody-{uuid.uuid4().hex[:8]}", prices=PRICES)
+    assert (nobody["turns"], nobody["total_tokens"]) == (0, 0)
+
+
+def test_spend_by_tenant_prices_each_model_and_keeps_deleted_sessions() -> None:
+    acme, globex = _names()
+    kept = _tenant_session(acme)
+    _turn(kept, 1_000_000, 0)
+    gone = _tenant_session(acme)
+    _turn(gone, 0, 1_000_000)
+    _turn(_tenant_session(acme, model="unpriced-model"), 10, 10)
+    _turn(_tenant_session(globex), 2_000_000, 0)
+    delete_session(gone)  # its usage lives on in usage_rollups, still the tenant's
+    rows = {row.tenant: row for row in spend_by_tenant(PRICES)}
+    assert (rows[acme].turns, rows[acme].total_tokens) == (3, 2_000_020)
+    assert rows[acme].token_cost == Decimal("0.15") + Decimal("0.6")
+    assert rows[acme].unpriced_models == ("unpriced-model",)
+    assert (rows[globex].turns, rows[globex].estimated_cost) == (1, Decimal("0.30"))
+    # Per-tenant figures add up to the overall report.
+    overall = usage_report(prices=PRICES)
+    assert sum(row.turns for row in rows.values()) == overall["turns"]
+
+
+def test_the_cli_shows_tenants_overall_and_narrows_with_tenant(chatq_env: dict[str, str]) -> None:
+    acme, globex = _names()
+    _turn(_tenant_session(acme), 1_000_000, 0)
+    _turn(_tenant_session(globex), 0, 1_000_000)
+    env = {**chatq_env, "CHATQ_PRICES": PRICES}
+    everything = chatq_here(env, "usage")
+    assert everything.returncode == 0, everything.stderr
+    lines = [line.split() for line in everything.stdout.splitlines()]
+    assert ["tenant", "turns", "tokens", "tools", "USD", "cost", "USD"] in lines
+    assert [acme, "1", "1000000", "0.000000", "0.150000"] in lines
+    assert [globex, "1", "1000000", "0.000000", "0.600000"] in lines
+
+    narrowed = chatq_here(env, "usage", "--tenant", acme, "--json")
+    assert narrowed.returncode == 0, narrowed.stderr
+    report = json.loads(narrowed.stdout)
+    assert (report["tenant"], report["turns"], report["estimated_cost"]) == (acme, 1, pytest.approx(0.15))
+    assert "by_tenant" not in report
+
+    as_json = json.loads(chatq_here(env, "usage", "--json").stdout)
+    by_tenant = {row["tenant"]: row for row in as_json["by_tenant"]}
+    assert by_tenant[globex]["estimated_cost"] == pytest.approx(0.6)
