@@ -171,6 +171,7 @@ WORKER_SHARED = {
         "markers",
         "unacked",
         "delays",
+        "tenant_usage",
     )
 }
 # The session side: what a producer (a web app that only submits) loads; never the runtime.
