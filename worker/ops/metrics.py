@@ -29,6 +29,9 @@ cannot be bound is logged as an error; the worker runs on without the endpoint.
 | chatq_provider_slot_wait_seconds_total | counter | model | seconds turns were told to wait for a slot |
 | chatq_provider_allowed_rpm, _tpm, _concurrency | gauge | model | allowed now, fleet-wide (0: unlimited) |
 | chatq_provider_in_flight | gauge | model | slots held across the fleet, read at scrape time |
+| chatq_tenant_slots_total | counter | model, tenant | slots each tenant's turns were given (fleet-wide, from Redis) |
+| chatq_tenant_yields_total | counter | model, tenant | free slots a tenant ahead of its share gave up (`fair_share`) |
+| chatq_tenant_backlogged | gauge | model, tenant | 1 while the tenant's batch turns wait in line for the model |
 | chatq_webhook_attempts_total | counter | outcome | webhook POSTs: delivered, retry (sent again later), failed |
 | chatq_webhook_attempt_seconds | histogram | | how long one webhook POST took (connect to answer) |
 """
@@ -46,7 +49,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from worker.runtime.observers import hook_points, hooks
@@ -207,7 +210,7 @@ class ProviderLimitsCollector(Collector):
         self.scopes = scopes
         """The scopes to report: this process's (`limits.known_scopes`) unless given."""
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         names = ("rpm", "tpm", "concurrency", "in_flight")
         families = {
             name: GaugeMetricFamily(
@@ -217,6 +220,21 @@ class ProviderLimitsCollector(Collector):
             )
             for name in names
         }
+        slots = CounterMetricFamily(
+            "chatq_tenant_slots",
+            "Slots each tenant's turns were given under a model's limits.",
+            labels=["model", "tenant"],
+        )
+        yields = CounterMetricFamily(
+            "chatq_tenant_yields",
+            "Free slots a tenant's batch turns gave to tenants behind their share.",
+            labels=["model", "tenant"],
+        )
+        backlogged = GaugeMetricFamily(
+            "chatq_tenant_backlogged",
+            "1 while a tenant's batch turns wait in line for a model.",
+            labels=["model", "tenant"],
+        )
         try:
             from worker.events import get_redis
 
@@ -224,9 +242,14 @@ class ProviderLimitsCollector(Collector):
                 now = limits.state(get_redis(), scope)
                 for name, value in zip(names, (now.rpm, now.tpm, now.max_concurrent, now.in_flight), strict=True):
                     families[name].add_metric([scope.model], float(value))
+                for share in limits.shares(get_redis(), scope):
+                    slots.add_metric([scope.model, share.tenant], float(share.granted))
+                    yields.add_metric([scope.model, share.tenant], float(share.yielded))
+                    backlogged.add_metric([scope.model, share.tenant], 1.0 if share.backlogged else 0.0)
         except Exception as exc:  # a scrape must not fail because Redis blinked
             log.debug("provider limits unavailable: %s", exc)
         yield from families.values()
+        yield from (slots, yields, backlogged)
 
 
 DIRECTORY_ENV = "PROMETHEUS_MULTIPROC_DIR"

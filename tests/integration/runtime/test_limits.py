@@ -20,7 +20,7 @@ def scope_key(chatq_env: dict[str, str]) -> Iterator[str]:
     key = f"test-{uuid.uuid4().hex[:8]}@http://stub/v1"
     yield key
     client = get_redis()
-    client.delete(*Scope(key=key, model="m").keys())
+    client.delete(*Scope(key=key, model="m").keys(), *Scope(key=key, model="m").share_keys())
 
 
 def _take(scope: Scope, member: str, *, interactive: bool = False, lease: float = 30.0) -> limits.Grant:

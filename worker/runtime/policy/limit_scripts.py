@@ -6,7 +6,10 @@ The state they keep, per scope (a model at a base URL), is described in `worker.
 
 from __future__ import annotations
 
-__all__ = ["ACQUIRE", "INCREASE_RPM", "RELEASE", "THROTTLED"]
+__all__ = ["ACQUIRE", "BACKLOG_GRACE_MS", "INCREASE_RPM", "RELEASE", "THROTTLED"]
+
+BACKLOG_GRACE_MS = 1000
+"""A tenant counts as backlogged until this long after its line's last turn is due to come back."""
 
 INCREASE_RPM = 0.3
 """Additive increase of the adaptive rate per success (requests per minute): about 5% per 10 s at any rate."""
@@ -18,15 +21,17 @@ local function n(v, d) if v then return tonumber(v) end return d end
 local function eff(c, a) if c > 0 and a > 0 then return math.min(c, a) end return math.max(c, a) end
 """
 
-# KEYS: hash, slots, interactive waiters, sent log.
-# ARGV: member, interactive, cfg rpm, cfg tpm, cfg concurrency, token hint, lease ms, burst ms.
+# KEYS: hash, slots, interactive waiters, sent log, tenants' shares, backlogged tenants.
+# ARGV: member, interactive, cfg rpm, cfg tpm, cfg concurrency, token hint, lease ms, burst ms, tenant, weight.
 ACQUIRE = (
     _PRELUDE
+    + f"local BACKLOG_GRACE = {BACKLOG_GRACE_MS}\n"
     + """
-local H, S, W, R = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local H, S, W, R, F, B = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local member, interactive, lease = ARGV[1], ARGV[2] == '1', tonumber(ARGV[7])
+local tenant, weight = ARGV[9], tonumber(ARGV[10])
 local f = redis.call('HMGET', H, 'r_tat', 't_tat', 'b_next', 'a_rpm', 'a_tpm', 'a_conc', 'avg_ms', 'est', 'hold')
-local r_tat, t_tat, b_next, hold = n(f[1], 0), n(f[2], 0), n(f[3], 0), n(f[9], 0)
+local r_tat, t_tat, hold = n(f[1], 0), n(f[2], 0), n(f[9], 0)
 local rpm, tpm = eff(tonumber(ARGV[3]), n(f[4], 0)), eff(tonumber(ARGV[4]), n(f[5], 0))
 local conc = eff(tonumber(ARGV[5]), n(f[6], 0))
 if conc > 0 then conc = math.max(1, math.floor(conc)) end
@@ -65,6 +70,31 @@ if wait <= 0 and not interactive then
   local first = redis.call('ZRANGE', W, 0, 0, 'WITHSCORES')
   if first[2] then wait, reason = math.max(tonumber(first[2]) - 2000 - now, 0) + step, 'interactive' end
 end
+-- Weighted fair share between the tenants whose batch turns wait in line (start-time fair queueing):
+-- each grant moves a tenant's virtual time on by 1/weight, and a tenant ahead of another backlogged
+-- one yields the free slot to it. A tenant joining the line starts at the least virtual time of those
+-- already there, so time spent idle banks no credit. Only where a limit holds turns back.
+local vt, vmin, total, mine = 0, nil, weight, nil
+if not interactive and (rpm > 0 or tpm > 0 or conc > 0) then
+  redis.call('ZREMRANGEBYSCORE', B, '-inf', now)
+  mine = redis.call('ZSCORE', B, tenant)
+  vt = n(redis.call('HGET', F, 'v:' .. tenant), 0)
+  for _, other in ipairs(redis.call('ZRANGE', B, 0, -1)) do
+    if other ~= tenant then
+      local g = redis.call('HMGET', F, 'v:' .. other, 'w:' .. other)
+      local v = n(g[1], 0)
+      if vmin == nil or v < vmin then vmin = v end
+      total = total + n(g[2], 1)
+    end
+  end
+  if not mine and vmin ~= nil and vt < vmin then vt = vmin end
+  if wait <= 0 and vmin ~= nil and vt > vmin + 1e-9 then
+    wait, reason = step, 'fair_share'
+    redis.call('HINCRBY', F, 'd:' .. tenant, 1)
+  end
+  redis.call('HSET', F, 'v:' .. tenant, vt, 'w:' .. tenant, weight)
+  redis.call('PEXPIRE', F, 86400000)
+end
 if wait > 0 then
   if interactive then
     local back = now + wait
@@ -97,13 +127,32 @@ if wait > 0 then
   if (reason == 'rpm' or reason == 'tpm') and wait <= math.min(burst, step) / 2 then
     return {0, math.ceil(wait), reason, held, est}
   end
-  local back = math.max(now + wait, b_next)
-  redis.call('HSET', H, 'b_next', back + step)
-  redis.call('PEXPIRE', H, 86400000)
+  -- The tenant furthest behind its share keeps its place too: the others yield the next slot to it.
+  if vmin ~= nil and vt <= vmin + 1e-9 and (reason == 'rpm' or reason == 'tpm' or reason == 'concurrency') then
+    redis.call('ZADD', B, 'GT', now + wait + BACKLOG_GRACE, tenant)
+    redis.call('PEXPIRE', B, 86400000)
+    return {0, math.ceil(wait), reason, held, est}
+  end
+  -- Each tenant has its own line, spaced so the lines together come back at the rate the limit runs:
+  -- a tenant's turns come back at its weight's part of it. One turn that yielded its share goes to
+  -- the back of its own line at the full rate, so when the others' backlog is gone its line is dense.
+  local line = 'n:' .. tenant
+  local spacing = step
+  if reason ~= 'fair_share' then spacing = step * total / weight end
+  local back = math.max(now + wait, n(redis.call('HGET', F, line), 0))
+  redis.call('HSET', F, line, back + spacing)
+  redis.call('ZADD', B, 'GT', back + spacing + BACKLOG_GRACE, tenant)
+  redis.call('PEXPIRE', F, 86400000)
+  redis.call('PEXPIRE', B, 86400000)
   return {0, math.ceil(back - now), reason, held, est}
 end
 if rpm > 0 then redis.call('HSET', H, 'r_tat', r_new) end
 if tpm > 0 then redis.call('HSET', H, 't_tat', t_new) end
+if not interactive then
+  redis.call('HSET', F, 'v:' .. tenant, vt + 1 / weight, 'w:' .. tenant, weight)
+  redis.call('PEXPIRE', F, 86400000)
+end
+redis.call('HINCRBY', F, 'g:' .. tenant, 1)
 redis.call('ZADD', S, now + lease, member)
 redis.call('ZADD', R, now, member .. ':' .. now)
 redis.call('ZREMRANGEBYSCORE', R, '-inf', now - 10000)

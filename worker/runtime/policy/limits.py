@@ -15,9 +15,16 @@ Per model (at its base URL) one hash holds the state every worker shares:
   reset of a spent window), and every sender waits until then instead of trickling into a spent
   window. Nothing is lowered from a refusal of a request sent before the hold, nor from a rate
   measured over time the fleet spent holding back (the collapse against a windowed provider);
-- **the waiting line**: a turn that cannot go is told when to come back, and batch turns are
-  spaced one interval apart (`b_next`), so a backlog of thousands comes back at the rate it can
-  run instead of polling; a waiting interactive turn holds every batch turn back until it ran.
+- **the waiting lines**: a turn that cannot go is told when to come back, and batch turns are
+  spaced one interval apart, so a backlog of thousands comes back at the rate it can run instead
+  of polling; a waiting interactive turn holds every batch turn back until it ran. Each tenant
+  has its own line (`:shares`, `n:<tenant>`), spaced so that the lines of the backlogged tenants
+  (`:backlogged`) come back together at the limit's rate, each at its weight's part of it;
+- **fair share**: each batch grant moves its tenant's virtual time on by 1/weight, and a turn of
+  a tenant ahead of another backlogged tenant yields the free slot to it (`fair_share`), so the
+  tenants waiting for a limit get its capacity in proportion to their weights
+  (`CHATQ_TENANT_WEIGHTS`), whatever order their turns came in. A tenant with nothing waiting has
+  no share and banks no credit;
   Interactive turns waiting for a concurrency slot are told when the slot their place in line
   gets should free (from when the holders started and how long a request takes), so each comes
   back about once instead of once a second.
@@ -35,6 +42,7 @@ from typing import Any
 
 import redis
 
+from chatq.tenant_weights import NO_TENANT
 from worker.runtime.policy.limit_scripts import ACQUIRE, RELEASE, THROTTLED
 
 __all__ = [
@@ -43,11 +51,13 @@ __all__ = [
     "Grant",
     "LimitState",
     "Scope",
+    "TenantShare",
     "acquire",
     "held_back",
     "known_scopes",
     "mark_held",
     "release",
+    "shares",
     "state",
     "throttled",
 ]
@@ -80,6 +90,11 @@ class Scope:
         base = f"chatq:limits:{self.key}"
         return base, f"{base}:slots", f"{base}:iwait", f"{base}:sent"
 
+    def share_keys(self) -> tuple[str, str]:
+        """Its tenants' shares (virtual times, weights, lines, counts) and the set of backlogged tenants."""
+        base = f"chatq:limits:{self.key}"
+        return f"{base}:shares", f"{base}:backlogged"
+
 
 @dataclass(frozen=True, kw_only=True)
 class Grant:
@@ -90,7 +105,8 @@ class Grant:
     wait: float
     """When not granted: seconds until the turn should ask again."""
     reason: str
-    """When not granted: `concurrency`, `rpm`, `tpm`, `interactive` (an interactive turn goes first) or
+    """When not granted: `concurrency`, `rpm`, `tpm`, `interactive` (an interactive turn goes first),
+    `fair_share` (the turn's tenant had more than its weighted share while others wait) or
     `rate_limited` (the fleet waits out the service's last 429)."""
     in_flight: int
     """Slots held in the scope (this one included when granted)."""
@@ -112,6 +128,22 @@ class LimitState:
     """Slots held now."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class TenantShare:
+    """What one tenant received of a scope's capacity (metrics, `chatq usage`)."""
+
+    tenant: str
+    """The tenant (`chatq.tenant_weights.NO_TENANT` for sessions without one)."""
+    weight: float
+    """Its weight when its turns last asked."""
+    granted: int
+    """Slots its turns were given in the scope since the scope's state was last idle for a day."""
+    yielded: int
+    """Times one of its batch turns gave a free slot to a tenant behind its share."""
+    backlogged: bool
+    """Whether its batch turns wait in line for the scope now."""
+
+
 _scripts: dict[str, Any] = {}
 _seen: dict[str, Scope] = {}
 """Scopes this process asked about (the metrics read their state at scrape time)."""
@@ -131,12 +163,23 @@ def _script(client: redis.Redis, name: str, source: str) -> Any:
 
 
 def acquire(
-    client: redis.Redis, scope: Scope, member: str, *, interactive: bool, hint_tokens: int, lease_seconds: float
+    client: redis.Redis,
+    scope: Scope,
+    member: str,
+    *,
+    interactive: bool,
+    hint_tokens: int,
+    lease_seconds: float,
+    tenant: str = NO_TENANT,
+    weight: float = 1.0,
 ) -> Grant:
-    """Take a slot for `member` (a turn id) if the scope's limits allow it now, else say when to ask again."""
+    """Take a slot for `member` (a turn id) if the scope's limits allow it now, else say when to ask again.
+
+    A batch turn's `tenant` and its `weight` (`CHATQ_TENANT_WEIGHTS`) decide its share while other
+    tenants' turns wait for the same limit."""
     _seen.setdefault(scope.key, scope)
     reply = _script(client, "acquire", ACQUIRE)(
-        keys=list(scope.keys()),
+        keys=[*scope.keys(), *scope.share_keys()],
         args=[
             member,
             "1" if interactive else "0",
@@ -146,6 +189,8 @@ def acquire(
             max(int(hint_tokens), 1),
             int(lease_seconds * 1000),
             BURST_MS,
+            tenant or NO_TENANT,
+            weight,
         ],
     )
     granted, wait_ms, reason, in_flight, estimate = reply
@@ -206,6 +251,34 @@ def state(client: redis.Redis, scope: Scope) -> LimitState:
         max_concurrent=_effective(float(scope.max_concurrent), math.floor(float(a_conc or 0))),
         in_flight=int(held),
     )
+
+
+def shares(client: redis.Redis, scope: Scope) -> list[TenantShare]:
+    """Each tenant's share of the scope so far, by tenant name."""
+    share_hash, backlogged = scope.share_keys()
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(share_hash)
+    pipe.zrange(backlogged, 0, -1, withscores=True)
+    pipe.time()
+    fields, lines, (seconds, micros) = pipe.execute()
+    now_ms = seconds * 1000 + micros // 1000
+    waiting = {_text(name) for name, until in lines if until > now_ms}
+    values = {_text(key): _text(value) for key, value in fields.items()}
+    tenants = sorted({key.split(":", 1)[1] for key in values if key[:2] in ("g:", "w:")})
+    return [
+        TenantShare(
+            tenant=tenant,
+            weight=float(values.get(f"w:{tenant}", 1)),
+            granted=int(values.get(f"g:{tenant}", 0)),
+            yielded=int(values.get(f"d:{tenant}", 0)),
+            backlogged=tenant in waiting,
+        )
+        for tenant in tenants
+    ]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _effective(configured: float, adaptive: float) -> float:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from chatq.masking import mask_secrets
 from chatq.model_limits import limit_for
 from chatq.settings import ECHO_MODEL, Settings
+from chatq.tenant_weights import NO_TENANT
 from handlers.errors import ProviderBusy
 from handlers.tokens import count_tokens
 from worker.events import EventType, TurnEvents
@@ -54,6 +55,7 @@ _REASONS = {
     "rpm": "the model's request rate limit is reached",
     "tpm": "the model's token rate limit is reached",
     "interactive": "an interactive turn goes first",
+    "fair_share": "the tenant has had its share of the model's capacity while other tenants wait",
     "rate_limited": "the model service is rate limiting requests (HTTP 429)",
     "overloaded": "the model service is overloaded",
     "unreachable": "the model service cannot be reached",
@@ -111,6 +113,8 @@ def admit(claim: claims.Claim, *, runtime: Runtime) -> Admission:
             interactive=claim.queue == INTERACTIVE_QUEUE,
             hint_tokens=count_tokens(claim.content) + REPLY_TOKENS,
             lease_seconds=runtime.settings.turn_timeout + SLOT_MARGIN,
+            tenant=claim.session.tenant or NO_TENANT,
+            weight=runtime.settings.tenant_weights.weight_of(claim.session.tenant),
         )
     except Exception as exc:
         if is_outage(exc):
