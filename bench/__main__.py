@@ -23,7 +23,16 @@ from typing import Any
 
 BENCHMARKS = ("io_concurrency", "pipeline_overhead", "stream_latency", "dispatch", "history_scale", "session_pages")
 """What runs without names."""
-OPTIONAL = ("peer", "processes", "provider_limits", "durability", "approvals", "schedules", "raw_intake")
+OPTIONAL = (
+    "peer",
+    "processes",
+    "provider_limits",
+    "durability",
+    "approvals",
+    "schedules",
+    "raw_intake",
+    "fairness",
+)
 """Run only when named: `peer` needs LangGraph's server installed (`make bench-peer` runs it);
 `processes` is the measurement behind `chatq worker`'s default of a process per core;
 `provider_limits` is a 600-turn batch at a provider's 300 requests per minute (minutes per variant);
@@ -31,11 +40,13 @@ OPTIONAL = ("peer", "processes", "provider_limits", "durability", "approvals", "
 and without kill -9 of workers); `approvals` is a decision -> the resumed turn's first model request
 against a fresh submit's (issue 29); `schedules` is one `every=5` schedule for 60 s on two workers, tick ->
 its turn's claim and first model request (issue 30); `raw_intake` is a raw task message's turn against
-the producer API's, in-process, CPU and round trips to Postgres (issue 32)."""
+the producer API's, in-process, CPU and round trips to Postgres (issue 32); `fairness` is four tenants on
+one rate-limited model, with and without tenants on their sessions (issue 31)."""
 TIME_LIMIT = {
     "peer": 7200,
     "processes": 900,
     "provider_limits": 1500,
+    "fairness": 1800,
     "durability": 1800,
     "approvals": 300,
     "schedules": 240,
