@@ -61,6 +61,15 @@ def turn_report(turn_id: uuid.UUID | str, *, tenant: str | None = None) -> dict[
         }
 
 
+def session_tenant(session_id: uuid.UUID | str) -> str | None:
+    """The tenant that owns a session, and so its turns (None: no tenant, or no such session)."""
+    with session_scope() as db:
+        tenant: str | None = db.execute(
+            select(ChatSession.tenant).where(ChatSession.id == parse_uuid(str(session_id), "session_id"))
+        ).scalar_one_or_none()
+    return tenant
+
+
 def _step_dict(step: TurnStep) -> dict[str, Any]:
     """One journal entry as `chatq show --json` prints it: what it records and the attempt that did it."""
     return {
