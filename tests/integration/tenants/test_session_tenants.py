@@ -18,6 +18,8 @@ from sqlalchemy import func, select
 from models.db import session_scope
 from models.tables import ChatMessage, ChatSession, Turn, TurnStatus
 from worker.errors import InvalidSchedule, InvalidTurn, SessionNotFound, TenantMismatch
+from worker.event_scripts import UNENDED
+from worker.events import get_redis
 from worker.payload import GUARDED_QUEUES
 from worker.producer import create_schedule, create_session, get_session, submit_turn
 
@@ -104,6 +106,8 @@ def test_a_turn_naming_another_tenant_is_refused_and_nothing_is_stored(owner: st
         assert db.get(Turn, turn_id) is None
         waiting_row = db.get(Turn, waiting.turn_id)
         assert waiting_row is not None and waiting_row.status is TurnStatus.QUEUED, "interrupt cancelled a turn"
+    # Not even noted as ending (the sweep would publish its `cancelled` event): refused before the cancel.
+    assert get_redis().zscore(UNENDED, str(waiting.turn_id)) is None
     # A resubmission of a turn of that session under another tenant is refused too, not "accepted".
     with pytest.raises(TenantMismatch):
         submit_turn(session_id, "queued before", tenant=GLOBEX, turn_id=waiting.turn_id)
