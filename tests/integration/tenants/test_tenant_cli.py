@@ -19,7 +19,7 @@ import redis
 from sqlalchemy import func, select
 
 from models.db import session_scope
-from models.tables import ChatSession, Turn
+from models.tables import ChatSession, Schedule, Turn
 from tests.support.cli import chatq_here
 from worker.cli.batch import session_uuid
 from worker.payload import GUARDED_QUEUES
@@ -165,3 +165,24 @@ def test_a_bad_tenant_in_a_batch_stores_nothing(chatq_env: dict[str, str], tmp_p
     flag = chatq_here(chatq_env, "batch", str(source), "--tenant", "a,b", "--no-wait")
     assert flag.returncode == 2 and "is not a tenant name" in _one_line_error(flag.stderr)
     assert _counts() == before
+
+
+def test_schedule_add_tenant_owns_the_schedule_and_its_new_sessions(chatq_env: dict[str, str]) -> None:
+    added = chatq_here(chatq_env, "schedule", "add", "tick", "--framework", "none", "--every", "3600", "--tenant", ACME)
+    assert added.returncode == 0, added.stderr
+    schedule = json.loads(chatq_here(chatq_env, "schedule", "show", added.stdout.split()[0], "--json").stdout)
+    assert schedule["tenant"] == ACME
+    session_id = _session(chatq_env, ACME)
+    before = _schedules()
+    bad = chatq_here(chatq_env, "schedule", "add", "tick", "--every", "3600", "--tenant", "a b")
+    assert bad.returncode == 2 and "is not a tenant name" in _one_line_error(bad.stderr)
+    on_session = chatq_here(
+        chatq_env, "schedule", "add", "tick", "--session", session_id, "--every", "60", "--tenant", ACME
+    )
+    assert on_session.returncode == 1 and "takes that session's tenant" in _one_line_error(on_session.stderr)
+    assert _schedules() == before, "a refused schedule was stored"
+
+
+def _schedules() -> int:
+    with session_scope() as db:
+        return int(db.execute(select(func.count()).select_from(Schedule)).scalar_one())
