@@ -200,12 +200,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from worker.queries import session_tenant, turn_report
+    from worker.queries import turn_report
 
-    stored = turn_report(args.turn)
-    # The turn's tenant is its session's (turns have none of their own); shown beside the session.
-    report = {"id": stored["id"], "session_id": stored["session_id"], "tenant": session_tenant(stored["session_id"])}
-    report.update(stored)
+    report = turn_report(args.turn)
     if args.json:
         _print_json(report)
         return EXIT_OK
