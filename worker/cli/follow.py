@@ -83,7 +83,7 @@ def require_turn(turn_id: uuid.UUID, *, client: redis.Redis | None = None) -> No
 def watch_session(session_id: uuid.UUID, *, client: redis.Redis | None = None) -> Iterator[Event]:
     """Yield a session's live events from its pub/sub channel (until the caller stops)."""
     client = client or get_redis()
-    pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis 8.2 on
     pubsub.subscribe(session_channel(session_id))
     try:
         while True:
