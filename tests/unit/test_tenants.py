@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import uuid
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -58,11 +59,20 @@ def test_only_strings_are_names_and_long_input_is_cut() -> None:
     assert len(raised.value.message) < 200
 
 
-def test_the_rule_is_one_pattern_used_by_the_gateway() -> None:
+def test_the_rule_is_one_pattern_no_other_module_repeats() -> None:
     import chatq.gateway_variables as gateway
 
     assert TENANT_NAME.pattern == r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
     assert not hasattr(gateway, "_TENANT_NAME"), "the gateway keeps no regex of its own"
+    # A second copy of the rule would drift from this one: every module asks chatq.tenants.
+    root = Path(__file__).resolve().parents[2]
+    copies = sorted(
+        str(path.relative_to(root))
+        for package in ("chatq", "models", "handlers", "worker")
+        for path in (root / package).rglob("*.py")
+        if "{0,63}" in path.read_text(encoding="utf-8")
+    )
+    assert copies == ["chatq/tenants.py"]
 
 
 def test_the_producer_and_the_task_refuse_a_bad_tenant_as_bad_input() -> None:
