@@ -7,7 +7,7 @@ traceback.
 
 from __future__ import annotations
 
-__all__ = ["ChatqError", "ConfigError", "SessionNotFound", "TurnNotFound"]
+__all__ = ["ChatqError", "ConfigError", "InvalidTenant", "SessionNotFound", "TurnNotFound"]
 
 
 class ChatqError(Exception):
@@ -24,6 +24,10 @@ class ChatqError(Exception):
 
 class ConfigError(ChatqError):
     """The configuration in the environment is invalid."""
+
+
+class InvalidTenant(ChatqError):
+    """The tenant name is invalid: 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit."""
 
 
 class SessionNotFound(ChatqError):

@@ -5,13 +5,13 @@ worker or another command.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from chatq.env_values import env_float, env_int
 from chatq.envfile import resolved_environ
 from chatq.errors import ConfigError
+from chatq.tenants import TENANT_RULE, is_tenant_name
 
 __all__ = [
     "MIN_TOKEN_CHARS",
@@ -69,14 +69,11 @@ def parse_api_tokens(raw: str) -> tuple[str, ...]:
     return tokens
 
 
-_TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-
-
 def parse_tenant_tokens(raw: str, name: str = "CHATQ_API_TOKENS") -> tuple[TenantToken, ...]:
     """`tenant:token` pairs, comma-separated (a tenant may have several tokens, to rotate them).
 
-    ConfigError naming the entry and the problem, never the token. Tenant names are 1 to 64 of
-    letters, digits, `_`, `.` and `-`; tokens follow CHATQ_API_TOKEN's rules; a token may belong to
+    ConfigError naming the entry and the problem, never the token. Tenant names follow the one
+    rule of `chatq.tenants`; tokens follow CHATQ_API_TOKEN's rules; a token may belong to
     one tenant only.
     """
     entries: list[TenantToken] = []
@@ -86,10 +83,8 @@ def parse_tenant_tokens(raw: str, name: str = "CHATQ_API_TOKENS") -> tuple[Tenan
         tenant, colon, token = part.partition(":")
         tenant, token = tenant.strip(), token.strip()
         where = f"entry {number} of {name}"
-        if not colon or not _TENANT_NAME.fullmatch(tenant):
-            raise ConfigError(
-                f"{where} must be tenant:token, the tenant 1-64 letters, digits, '_', '.' or '-' (e.g. acme:<token>)"
-            )
+        if not colon or not is_tenant_name(tenant):
+            raise ConfigError(f"{where} must be tenant:token, the tenant {TENANT_RULE} (e.g. acme:<token>)")
         if len(token) < MIN_TOKEN_CHARS:
             raise ConfigError(
                 f"{where}: the token is shorter than {MIN_TOKEN_CHARS} characters; use a long random value"

@@ -29,7 +29,8 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from chatq.errors import SessionNotFound
+from chatq.errors import InvalidTenant, SessionNotFound
+from chatq.tenants import validate_tenant
 from models.db import session_scope
 from models.documents import DEFAULT_CHUNK_CHARS, MAX_TITLE_CHARS, chunk_text, document_title, read_document_file
 from models.errors import DocumentError, KnowledgeBaseError, KnowledgeBaseExists, KnowledgeBaseNotFound
@@ -140,9 +141,12 @@ def create_knowledge_base(name: str, description: str | None = None, *, tenant: 
 def _tenant_name(tenant: str | None) -> str | None:
     if tenant is None:
         return None
-    if not isinstance(tenant, str) or not tenant.strip() or len(tenant.strip()) > 64:
-        raise KnowledgeBaseError("a tenant name is 1-64 characters of text")
-    return tenant.strip()
+    try:
+        # The one rule of every tenant name (`chatq.tenants`): a knowledge base of a name no session
+        # can have would serve nobody.
+        return validate_tenant(tenant.strip() if isinstance(tenant, str) else tenant)
+    except InvalidTenant as exc:
+        raise KnowledgeBaseError(exc.message) from None
 
 
 def set_knowledge_base_tenant(name: str, tenant: str | None) -> KnowledgeBaseInfo:

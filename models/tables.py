@@ -122,7 +122,9 @@ class ChatSession(Base):
     """Where each of its turns is POSTed when it ends (a turn's own `webhook_url` takes its place)."""
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     tenant: Mapped[str | None] = mapped_column(String(64))
-    """The tenant whose scoped gateway token created it (CHATQ_API_TOKENS); NULL: created without one."""
+    """The tenant that owns it and its turns (`chatq.tenants`' rule): its creating scoped gateway token's
+    (CHATQ_API_TOKENS), or given by the producer API, the command line, a batch or a raw message; NULL:
+    no tenant. Set at creation, never changed."""
     last_active_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     """When its newest turn was submitted (or it was created); retention (CHATQ_RETENTION_DAYS) reads it."""
 

@@ -24,6 +24,7 @@ __all__ = [
     "SessionBusy",
     "SessionDeleted",
     "SessionNotFound",
+    "TenantMismatch",
     "TurnCancelled",
     "TurnConflict",
     "TurnExists",
@@ -36,6 +37,10 @@ __all__ = [
 
 class InvalidTurn(ChatqError):
     """The turn is invalid and was not run."""
+
+
+class TenantMismatch(InvalidTurn):
+    """The session belongs to another tenant (or to none); nothing was stored."""
 
 
 class InvalidSchedule(InvalidTurn):

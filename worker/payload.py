@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from chatq import tenants
+from chatq.errors import InvalidTenant
 from chatq.settings import Settings
 from worker.errors import InvalidTurn
 from worker.storable import BIGINT_MAX, json_problem, unstorable_char
@@ -28,7 +30,7 @@ WEBHOOK_QUEUE = "chatq.webhooks"
 """The queue of webhook deliveries (`worker.runtime.webhooks.deliveries`); turns cannot be submitted to it."""
 GUARDED_QUEUES = (*QUEUES, WEBHOOK_QUEUE)
 """Every queue chatq's workers consume, each item checked before kombu parses it (`worker.runtime.intake.intake`)."""
-KNOWN_FIELDS = frozenset({"turn_id", "session_id", "content", "images", "reply_to"})
+KNOWN_FIELDS = frozenset({"turn_id", "session_id", "content", "images", "reply_to", "tenant"})
 _IMAGE_PREFIXES = ("http://", "https://", "data:image/")
 MAX_MODEL_CHARS = 200
 """Longest model name (the `chat_sessions.model` column)."""
@@ -48,6 +50,10 @@ class TurnRequest:
     """Images attached to the message: http(s) URLs or `data:image/...` URLs."""
     reply_to: int | None = None
     """A saved user message id: history is taken from before it (regenerate/edit)."""
+    tenant: str | None = None
+    """The tenant the producer says the session is: a session stored with the turn gets it, an existing
+    one must be that tenant's (else TenantMismatch, nothing stored). None: no tenant given, no check.
+    Used when the turn is stored, so it is not part of chatq's own messages (stored before they are sent)."""
 
     def to_message(self) -> dict[str, Any]:
         """The task's keyword arguments, as docs/contract.md ("The task") defines them."""
@@ -196,6 +202,17 @@ def validate_images(images: object, settings: Settings) -> tuple[str, ...] | Non
     return tuple(checked)
 
 
+def validate_tenant(tenant: object) -> str | None:
+    """A session's tenant (the one rule of `chatq.tenants`), or None when not given."""
+    if tenant is None:
+        return None
+    try:
+        return tenants.validate_tenant(tenant)
+    except InvalidTenant as exc:
+        # Bad input like any other field's: the producer's and the task's one InvalidTurn line.
+        raise InvalidTurn(exc.message) from None
+
+
 def validate_reply_to(reply_to: object) -> int | None:
     """A message id (a positive Postgres bigint) or None."""
     if reply_to is None:
@@ -230,6 +247,7 @@ def parse_turn_request(kwargs: Mapping[str, Any], *, settings: Settings, task_id
         content=validate_content(kwargs["content"], settings),
         images=validate_images(kwargs.get("images"), settings),
         reply_to=validate_reply_to(kwargs.get("reply_to")),
+        tenant=validate_tenant(kwargs.get("tenant")),
     )
 
 

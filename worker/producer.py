@@ -62,6 +62,7 @@ from worker.payload import (
     validate_model,
     validate_reply_to,
     validate_system_prompt,
+    validate_tenant,
 )
 from worker.schedule_records import Schedule, ScheduleRun
 from worker.schedule_times import Misfire, Overlap
@@ -195,8 +196,8 @@ def create_session(
 ) -> uuid.UUID:
     """Create a chat session and return its id; `knowledge_bases` (names) are attached in the same transaction.
 
-    `tenant` (a scoped gateway token's, CHATQ_API_TOKENS) owns the session: reads scoped to
-    another tenant do not find it.
+    `tenant` (a scoped gateway token's, CHATQ_API_TOKENS, or any name of `chatq.tenants`' rule) owns
+    the session and so its turns: reads scoped to another tenant do not find it.
 
     Without `model` the session stores none (NULL): each turn runs on the default model of the
     worker that runs it (the worker's CHATQ_MODEL, or what its OPENAI_API_KEY implies). With
@@ -214,6 +215,7 @@ def create_session(
         metadata if approval is None else {**(metadata or {}), "approval": validate_approval(approval)}
     )
     webhook_url = validate_webhook(webhook, allow_private=settings.webhook_allow_private)
+    tenant = validate_tenant(tenant)
     for name in knowledge_bases:
         if isinstance(name, str):
             check_text(name, "knowledge base name")
@@ -249,8 +251,13 @@ def submit_turn(
     webhook: str | None = None,
     run_at: datetime | None = None,
     delay: float | None = None,
+    tenant: str | None = None,
 ) -> SubmittedTurn:
     """Store a turn as queued (with its user message) and send it to the workers.
+
+    The session must exist (SessionNotFound otherwise: only a raw task message creates one). With
+    `tenant`, it must be that tenant's: TenantMismatch, one line and nothing stored, for a session of
+    another tenant or of none. The turn belongs to its session's tenant either way.
 
     With `webhook` (an http(s) URL) the turn is POSTed there when it ends, instead of to its
     session's webhook. With `run_at` (timezone-aware) or `delay` (seconds), not both, the turn is
@@ -271,6 +278,7 @@ def submit_turn(
         content=validate_content(content, settings),
         images=validate_images(list(images) if images is not None else None, settings),
         reply_to=validate_reply_to(reply_to),
+        tenant=validate_tenant(tenant),
     )
     webhook_url = validate_webhook(webhook, allow_private=settings.webhook_allow_private)
     due = due_time(run_at, delay)
@@ -290,6 +298,8 @@ def submit_turn(
                     # The session row lock first: concurrent submits queue up here before looking
                     # at the session's unfinished turns.
                     turns.lock_session(db, request.session_id)
+                    # Before any turn is cancelled for it: a turn refused for its tenant changes nothing.
+                    turns.check_tenant(db, request.session_id, request.tenant)
                     cancelled = _apply_busy_policy(db, request.session_id, busy_policy)
                 position = claims.insert_turn(db, request, queue=queue)
                 if webhook_url is not None:

@@ -30,18 +30,24 @@ WORKER_DEFAULT = "(worker default)"
 
 
 def turn_report(turn_id: uuid.UUID | str, *, tenant: str | None = None) -> dict[str, Any]:
-    """A turn with its messages in order (the user's first), as `chatq show --json` prints it.
+    """A turn with its messages in order (the user's first), as `chatq show --json` prints it, with
+    its `tenant`: its session's, since a turn has none of its own.
 
     `tenant`: TurnNotFound unless the turn's session is that tenant's (None: any turn).
     """
     turn_uuid = parse_uuid(str(turn_id), "turn_id")
     with session_scope() as db:
-        query = select(Turn).where(Turn.id == turn_uuid)
+        query = (
+            select(Turn, ChatSession.tenant)
+            .join(ChatSession, ChatSession.id == Turn.session_id)
+            .where(Turn.id == turn_uuid)
+        )
         if tenant is not None:
-            query = query.join(ChatSession, ChatSession.id == Turn.session_id).where(ChatSession.tenant == tenant)
-        turn = db.execute(query).scalar_one_or_none()
-        if turn is None:
+            query = query.where(ChatSession.tenant == tenant)
+        found = db.execute(query).one_or_none()
+        if found is None:
             raise TurnNotFound(f"turn {turn_uuid} does not exist")
+        turn, owner = found
         messages = db.execute(
             select(ChatMessage).where(ChatMessage.turn_id == turn_uuid).order_by(ChatMessage.position)
         ).scalars()
@@ -52,8 +58,13 @@ def turn_report(turn_id: uuid.UUID | str, *, tenant: str | None = None) -> dict[
                 select(TurnStep).where(TurnStep.turn_id == turn_uuid).order_by(TurnStep.seq)
             ).scalars()
         ]
+        stored = turn_dict(turn, [message_dict(row) for row in messages])
         return {
-            **turn_dict(turn, [message_dict(row) for row in messages]),
+            # Beside its session: whose the turn is.
+            "id": stored["id"],
+            "session_id": stored["session_id"],
+            "tenant": owner,
+            **stored,
             "steps": steps,
             "webhook": webhook,
             # A delayed turn's user message (`{"content", "images"}`), stored as a message when it is due.

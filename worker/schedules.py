@@ -23,7 +23,7 @@ from handlers import framework_names
 from models.db import session_scope
 from models.tables import Schedule as ScheduleRow
 from models.tables import Turn
-from worker.errors import InvalidSchedule, ScheduleNotFound
+from worker.errors import InvalidSchedule, InvalidTurn, ScheduleNotFound
 from worker.history import scoped_session
 from worker.payload import (
     check_text,
@@ -32,6 +32,7 @@ from worker.payload import (
     validate_metadata,
     validate_model,
     validate_system_prompt,
+    validate_tenant,
 )
 from worker.schedule_records import Schedule, ScheduleRun, schedule_of, timing_of
 from worker.schedule_times import Misfire, Overlap, check_cron, check_zone
@@ -136,7 +137,8 @@ def create_schedule(
 
     Exactly one of `session_id` (each run a turn of that session, which `tenant` must own) and
     `session_template` (each run a new session: framework, model, system_prompt, metadata, owned
-    by `tenant`); exactly one of `cron` (read in `timezone`) and `every` (seconds, at least 1).
+    by `tenant`, a name of `chatq.tenants`' rule); exactly one of `cron` (read in `timezone`) and
+    `every` (seconds, at least 1).
     InvalidSchedule or SessionNotFound, one line, and nothing is stored. `settings` bound the
     content and the template's system prompt (the producer's `create_schedule` reads them).
     """
@@ -145,6 +147,12 @@ def create_schedule(
     cron, every, timezone = _check_timing(cron, every, timezone)
     content = validate_content(content, settings)
     template = _check_template(session_template, settings) if session_template is not None else None
+    if tenant is not None:
+        try:
+            # A template's sessions are stored with it: the same rule as every session's tenant.
+            tenant = validate_tenant(tenant)
+        except InvalidTurn as exc:
+            raise InvalidSchedule(exc.message) from None
     overlap_policy: Overlap = _policy(Overlap, overlap, "overlap")
     misfire_policy: Misfire = _policy(Misfire, misfire, "misfire")
     start, end = _aware(start_at, "start_at"), _aware(end_at, "end_at")

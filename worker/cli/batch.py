@@ -27,7 +27,7 @@ from worker.dispatch import send_turns
 from worker.errors import InvalidTurn
 from worker.events import get_redis
 from worker.markers import in_queue
-from worker.payload import BATCH_QUEUE, task_message, validate_content
+from worker.payload import BATCH_QUEUE, task_message, validate_content, validate_tenant
 from worker.store import claims
 from worker.store.turns import runs_next
 from worker.webhook_urls import validate_webhook
@@ -53,6 +53,8 @@ class Conversation:
     """The session's instructions."""
     webhook: str | None = None
     """Where each turn of the session is POSTed when it ends (`session.webhook`)."""
+    tenant: str | None = None
+    """The tenant that owns the session: the line's `tenant`, else `chatq batch --tenant`'s (None: no tenant)."""
     turns: tuple[str, ...]
     """The user messages, in order."""
 
@@ -70,8 +72,12 @@ class LineError:
         return f"line {self.line}: {self.message}"
 
 
-def parse_line(line_no: int, text: str, settings: Settings) -> Conversation:
-    """Validate one batch line; raises InvalidTurn with what is wrong."""
+def parse_line(line_no: int, text: str, settings: Settings, *, tenant: str | None = None) -> Conversation:
+    """Validate one batch line; raises InvalidTurn with what is wrong.
+
+    `tenant` is the batch's default (`--tenant`, already checked); a line's own `"tenant"` (a name, or
+    null for none) overrides it, as the line is the more specific of the two.
+    """
     try:
         # Without its line ending: JSON would count the newline as a line of its own, and report an
         # error at the end of the line as "column 1" (of that second line).
@@ -100,6 +106,8 @@ def parse_line(line_no: int, text: str, settings: Settings) -> Conversation:
     webhook = validate_webhook(
         session.get("webhook"), allow_private=settings.webhook_allow_private, name='"session.webhook"'
     )
+    if "tenant" in data:
+        tenant = validate_tenant(data["tenant"])
     turns = data.get("turns")
     if not isinstance(turns, list) or not turns:
         raise InvalidTurn('missing "turns" (a non-empty list of user messages)')
@@ -118,12 +126,16 @@ def parse_line(line_no: int, text: str, settings: Settings) -> Conversation:
         model=model or None,
         system_prompt=system_prompt,
         webhook=webhook,
+        tenant=tenant,
         turns=tuple(checked),
     )
 
 
-def parse_batch(lines: Iterable[str], settings: Settings) -> tuple[list[Conversation], list[LineError]]:
-    """Every valid conversation and every bad line (blank lines are skipped), bounded by `settings`."""
+def parse_batch(
+    lines: Iterable[str], settings: Settings, *, tenant: str | None = None
+) -> tuple[list[Conversation], list[LineError]]:
+    """Every valid conversation and every bad line (blank lines are skipped), bounded by `settings`;
+    `tenant`: each session's unless its line names one (`parse_line`)."""
     conversations: list[Conversation] = []
     errors: list[LineError] = []
     seen: dict[str, int] = {}
@@ -131,7 +143,7 @@ def parse_batch(lines: Iterable[str], settings: Settings) -> tuple[list[Conversa
         if not text.strip():
             continue
         try:
-            conversation = parse_line(line_no, text, settings)
+            conversation = parse_line(line_no, text, settings, tenant=tenant)
         except InvalidTurn as exc:
             errors.append(LineError(line=line_no, message=exc.message))
             continue
@@ -247,6 +259,7 @@ def _insert(batch_id: str, conversations: Sequence[Conversation]) -> set[uuid.UU
                 "model": conv.model,
                 "system_prompt": conv.system_prompt,
                 "webhook_url": conv.webhook,
+                "tenant": conv.tenant,
                 "metadata": {"batch": batch_id, "conversation": conv.id},
                 "next_turn_position": len(conv.turns),
             }

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from worker.cli.session_cli import tenant_arg
+
 
 def register(sub: Any) -> None:
     """Add the `batch` subcommand."""
@@ -21,6 +23,11 @@ def register(sub: Any) -> None:
     batch.add_argument(
         "--batch-id",
         help="namespace of the batch's ids (default: from the file's path; a new id runs the file again)",
+    )
+    batch.add_argument(
+        "--tenant",
+        type=tenant_arg,
+        help="the tenant that owns every conversation's session (a line's own \"tenant\" overrides it)",
     )
     batch.add_argument("--poll", type=float, default=0.5, help="seconds between progress checks (default 0.5)")
     batch.add_argument("--no-wait", action="store_true", help="submit and exit without following")
@@ -43,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         raise ChatqError(f"batch file not found: {args.file}")
     with path.open(encoding="utf-8", errors="strict") as handle:
         try:
-            conversations, errors = b.parse_batch(handle, args.settings)
+            conversations, errors = b.parse_batch(handle, args.settings, tenant=args.tenant)
         except UnicodeDecodeError as exc:
             raise ChatqError(f"{args.file} is not UTF-8 text ({exc.reason})") from None
     for error in errors:

@@ -66,6 +66,8 @@ class StoredConversation:
     """The session's model."""
     system_prompt: str | None
     """The session's instructions."""
+    tenant: str | None = None
+    """The tenant that owns the session."""
     next_position: int
     """The position the session's next turn would take (its turn count, unless turns were added by hand)."""
     turns: tuple[StoredTurn, ...]
@@ -109,6 +111,7 @@ def load_stored(session_ids: Sequence[uuid.UUID], db: Session | None = None) -> 
             ChatSession.agent_framework,
             ChatSession.model,
             ChatSession.system_prompt,
+            ChatSession.tenant,
             ChatSession.next_turn_position,
         ).where(ChatSession.id.in_(session_ids))
     ).all()
@@ -128,6 +131,7 @@ def load_stored(session_ids: Sequence[uuid.UUID], db: Session | None = None) -> 
             framework=row.agent_framework,
             model=row.model,
             system_prompt=row.system_prompt,
+            tenant=row.tenant,
             next_position=row.next_turn_position,
             turns=tuple(turns[row.id]),
         )
@@ -146,6 +150,8 @@ def compare(conversation: Conversation, stored: StoredConversation, turn_id: Tur
         reasons.append(f"session.model was {stored.model!r}")
     if stored.system_prompt != conversation.system_prompt:
         reasons.append("session.system_prompt differs")
+    if stored.tenant != conversation.tenant:
+        reasons.append(f"tenant was {stored.tenant!r}")
     texts = [turn.content for turn in stored.turns]
     differing = [i for i, (old, new) in enumerate(zip(texts, conversation.turns, strict=False)) if old != new]
     if differing:

@@ -1,6 +1,6 @@
 """`chatq schedule add|list|show|update|pause|resume|delete` (docs/contract.md, "Schedules").
 
-    chatq schedule add (--session SESSION | --framework F [--model M] [--system-prompt T])
+    chatq schedule add (--session SESSION | --framework F [--model M] [--system-prompt T] [--tenant T])
                        (--cron EXPR [--timezone ZONE] | --every SECONDS) [--overlap skip|enqueue]
                        [--misfire skip|once|all] [--start-at TIME] [--end-at TIME] [--max-runs N]
                        [--name NAME] [--paused] [--json] CONTENT
@@ -11,8 +11,9 @@
                           [--name NAME] [--json]
     chatq schedule pause|resume|delete SCHEDULE
 
-Errors are one line on stderr and exit code 1 (`worker.cli.commands.main`). Only the standard
-library is imported at module level.
+Errors are one line on stderr and exit code 1 (`worker.cli.commands.main`); a bad `--tenant` name
+is a usage error (exit 2). Only the standard library (and `worker.cli.session_cli`, which imports
+no more) is imported at module level.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 from typing import Any
+
+from worker.cli.session_cli import tenant_arg
 
 __all__ = ["register"]
 
@@ -36,6 +39,7 @@ def register(sub: Any) -> None:
     target.add_argument("--framework", help="each run is a new session of this framework (the default: langgraph)")
     add.add_argument("--model", help="a new session's model (with --framework or no --session)")
     add.add_argument("--system-prompt", help="a new session's instructions")
+    add.add_argument("--tenant", type=tenant_arg, help="the tenant of the schedule and of each run's new session")
     timing = add.add_mutually_exclusive_group(required=True)
     timing.add_argument("--cron", metavar="EXPR", help="a five-field cron expression, e.g. '*/5 * * * *'")
     timing.add_argument("--every", type=float, metavar="SECONDS", help="seconds between runs (at least 1)")
@@ -112,8 +116,12 @@ def _print(schedule: Any, as_json: bool, runs: list[Any] | None = None) -> None:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
+    from worker.errors import CliError
     from worker.producer import create_schedule
 
+    if args.session is not None and args.tenant is not None:
+        # A schedule on a session is that session's tenant's: there is nothing to set.
+        raise CliError("--tenant is for a schedule's new sessions; one on --session takes that session's tenant")
     template = None
     if args.session is None:
         template = {
@@ -135,6 +143,7 @@ def cmd_add(args: argparse.Namespace) -> int:
         max_runs=args.max_runs,
         enabled=not args.paused,
         name=args.name,
+        tenant=args.tenant,
     )
     _print(schedule, args.json)
     return 0

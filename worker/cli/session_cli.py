@@ -1,7 +1,7 @@
 """`chatq session create|list|show|update|delete` and `chatq history`: sessions and their history from the command line.
 
     chatq session create [--framework F] [--model NAME] [--system-prompt TEXT] [--kb KB]... [--webhook URL]
-                         [--approval POLICY] [--metadata KEY=VALUE]... [--json]
+                         [--approval POLICY] [--metadata KEY=VALUE]... [--tenant T] [--json]
     chatq session list [--json] [--limit N] [--cursor C] [--metadata KEY=VALUE]... [--tenant T]
     chatq session show SESSION [--json]
     chatq session update SESSION [--model NAME | --default-model] [--system-prompt TEXT | --no-system-prompt]
@@ -11,7 +11,8 @@
     chatq history SESSION [--json] [--limit N] [--before CURSOR]
 
 Lists are pages: the command prints how to ask for the next one (on stderr, so stdout stays the
-page). Errors are one line on stderr and exit code 1 (`worker.cli.commands.main`). Only the
+page). Errors are one line on stderr and exit code 1 (`worker.cli.commands.main`); a bad option value
+such as a `--tenant` name is a usage error (exit 2). Only the
 standard library is imported at module level, so `chatq` starts fast whatever runs.
 """
 
@@ -53,6 +54,11 @@ def register_actions(actions: Any) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="store KEY with the string VALUE in its metadata (repeatable; `session list --metadata` filters on it)",
+    )
+    create.add_argument(
+        "--tenant",
+        type=tenant_arg,
+        help="the tenant that owns it (a scoped gateway token of it sees it; usage counts it)",
     )
     create.add_argument("--json", action="store_true", help="print JSON")
     create.set_defaults(func=cmd_create)
@@ -137,6 +143,17 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, default=str))
 
 
+def tenant_arg(value: str) -> str:
+    """A `--tenant` value: a tenant name (`chatq.tenants`), else a usage error (exit 2) before anything runs."""
+    from chatq.errors import InvalidTenant
+    from chatq.tenants import validate_tenant
+
+    try:
+        return validate_tenant(value)
+    except InvalidTenant as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
 def metadata_pairs(pairs: list[str]) -> dict[str, str]:
     """`--metadata KEY=VALUE` options as a dict (the value is a string, maybe empty; a later KEY wins)."""
     from worker.errors import CliError
@@ -174,6 +191,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         knowledge_bases=args.kb,
         webhook=args.webhook,
         approval=None if args.approval is None else approval_value(args.approval),
+        tenant=args.tenant,
     )
     # Only a warning: the worker, not this terminal, runs the turns and may well have the key.
     warn_model(args.model, args.settings)

@@ -1,15 +1,16 @@
 """`chatq submit|watch|show|cancel|usage`: a turn from the command line, from its submission to its usage.
 
     chatq submit SESSION TEXT [--turn-id ID] [--image PATH]... [--reply-to MSG] [--if-busy ...]
-                 [--webhook URL] [--at ISO8601 | --in DURATION] [--follow] [--json]
+                 [--webhook URL] [--at ISO8601 | --in DURATION] [--tenant T] [--follow] [--json]
     chatq watch [SESSION] [--turn TURN] [--json]
     chatq show TURN [--json]
     chatq cancel TURN
     chatq usage [--session S] [--batch BATCH_ID] [--tenant TENANT] [--json]
 
 These are producer commands: they import no agent framework, so `chatq submit` returns its turn id
-quickly. Errors are one line on stderr and exit code 1 (`worker.cli.commands.main`). Only the
-standard library and `worker.errors` are imported at module level.
+quickly. Errors are one line on stderr and exit code 1 (`worker.cli.commands.main`); a bad option
+value (`--at`, `--in`, `--tenant`) is a usage error, exit 2. Only the standard library, `worker.errors`
+and `worker.cli.session_cli` (standard library only) are imported at module level.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from worker.cli.session_cli import tenant_arg
 from worker.errors import CliError
 
 EXIT_OK = 0
@@ -43,6 +45,9 @@ def register(sub: Any) -> None:
     when = submit.add_mutually_exclusive_group()
     when.add_argument("--at", type=_at, metavar="ISO8601", help="run from this time (with its offset, e.g. ...+00:00)")
     when.add_argument("--in", dest="delay", type=_in, metavar="DURATION", help="run after 90, 90s, 5m, 2h or 1d")
+    submit.add_argument(
+        "--tenant", type=tenant_arg, help="the session must be this tenant's (else an error and nothing is stored)"
+    )
     submit.add_argument("--follow", action="store_true", help="stream the reply; exit 0 on success, 1 on failure")
     submit.add_argument("--json", action="store_true", help="print JSON (with --follow: one event per line)")
     submit.set_defaults(func=cmd_submit)
@@ -123,6 +128,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         webhook=args.webhook,
         run_at=args.at,
         delay=args.delay,
+        tenant=args.tenant,
     )
     if not args.follow:
         if args.json:
@@ -203,6 +209,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     usage = report["usage"]
     position = "no position until due" if report["position"] is None else f"position {report['position']}"
     print(f"turn     {report['id']}  (session {report['session_id']}, {position})")
+    if report["tenant"]:
+        print(f"tenant   {report['tenant']}")
     print(f"status   {report['status']}  after {report['attempts']} attempt(s)")
     if report.get("run_at"):
         print(f"run at   {report['run_at']}")

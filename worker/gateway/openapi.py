@@ -344,6 +344,7 @@ BASE_SCHEMA: dict[str, Any] = {
                 "properties": {
                     "id": {"type": "string", "format": "uuid"},
                     "session_id": {"type": "string", "format": "uuid"},
+                    "tenant": {"type": ["string", "null"], "description": "its session's tenant (null: none)"},
                     "position": {"type": ["integer", "null"], "description": "null while delayed"},
                     "status": {
                         "type": "string",

@@ -21,7 +21,7 @@ from models.db import autocommit_scope
 from models.tables import MESSAGE_POSITION_STRIDE, Turn
 from worker.errors import SessionNotFound, TurnExists
 from worker.store import transition_sql as sql
-from worker.store.turns import NextTurn, check_reply_to
+from worker.store.turns import NextTurn, check_reply_to, check_tenant
 
 __all__ = ["DEFAULT_RELEASE_LIMIT", "Released", "insert_delayed_turn", "release_due"]
 
@@ -47,7 +47,8 @@ def insert_delayed_turn(
 ) -> None:
     """Store a turn as `delayed` until `run_at` (timezone-aware), its input kept for when it is due.
 
-    Raises SessionNotFound, or TurnExists when the id is taken.
+    Raises SessionNotFound, TenantMismatch (the request names a tenant the session is not), or
+    TurnExists when the id is taken.
     """
     check_reply_to(db, request.session_id, request.reply_to)
     inserted = db.execute(
@@ -60,10 +61,12 @@ def insert_delayed_turn(
             "webhook_url": webhook_url,
             "run_at": run_at,
             "pending_input": {"content": request.content, "images": list(request.images) if request.images else None},
+            "tenant": request.tenant,
         },
     ).scalar_one_or_none()
     if inserted is not None:
         return
+    check_tenant(db, request.session_id, request.tenant)
     if db.execute(select(exists().where(Turn.id == request.turn_id))).scalar_one():
         raise TurnExists(f"turn {request.turn_id} already exists")
     raise SessionNotFound(f"session {request.session_id} does not exist")

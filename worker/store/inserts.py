@@ -17,7 +17,7 @@ from models.tables import MESSAGE_POSITION_STRIDE, ChatSession, DeletedSession, 
 from worker.errors import SessionDeleted, SessionNotFound, TurnExists
 from worker.payload import TurnRequest
 from worker.store import transition_sql as sql
-from worker.store.turns import check_reply_to
+from worker.store.turns import check_reply_to, check_tenant
 
 __all__ = ["ROUNDS", "STORED", "ensure_turn", "insert_turn", "store_turn"]
 
@@ -32,8 +32,8 @@ def insert_turn(db: Session | Connection, request: TurnRequest, *, queue: str) -
 
     One statement (take the session's next position, insert the turn and its user message), so it
     is atomic also in autocommit; taking the position locks the session row. Raises SessionNotFound,
-    or TurnExists when the id is taken (then no position is used, except by a duplicate racing this
-    very insert).
+    TenantMismatch when the request names a tenant the session is not (nothing stored), or TurnExists
+    when the id is taken (then no position is used, except by a duplicate racing this very insert).
     """
     check_reply_to(db, request.session_id, request.reply_to)
     values = {
@@ -44,6 +44,7 @@ def insert_turn(db: Session | Connection, request: TurnRequest, *, queue: str) -
         "content": request.content,
         "images": list(request.images) if request.images else None,
         "stride": MESSAGE_POSITION_STRIDE,
+        "tenant": request.tenant,
     }
     for _ in range(2):
         row = db.execute(sql.INSERT_TURN, values).one()
@@ -55,6 +56,8 @@ def insert_turn(db: Session | Connection, request: TurnRequest, *, queue: str) -
         turn_exists, session_exists = db.execute(
             select(exists().where(Turn.id == request.turn_id), exists().where(ChatSession.id == request.session_id))
         ).one()
+        # Before TurnExists: a resubmission into another tenant's session is refused, not accepted.
+        check_tenant(db, request.session_id, request.tenant)
         if turn_exists:
             raise TurnExists(f"turn {request.turn_id} already exists")
         if not session_exists:
@@ -72,7 +75,8 @@ def store_turn(request: TurnRequest, *, queue: str, engine: Engine, max_deliveri
     the session kept changing under every round.
 
     Committed durably: the message is acknowledged only after the turn ends, so a turn whose insert
-    is lost comes again. Raises SessionDeleted or InvalidTurn (see `worker.store.claims.claim_message`).
+    is lost comes again. Raises SessionDeleted or InvalidTurn (TenantMismatch: the message names a
+    tenant its existing session is not; see `worker.store.claims.claim_message`).
     """
     digest = DeletedSession.digest_of(request.session_id)
     values = {
@@ -85,6 +89,7 @@ def store_turn(request: TurnRequest, *, queue: str, engine: Engine, max_deliveri
         "images": list(request.images) if request.images else None,
         "stride": MESSAGE_POSITION_STRIDE,
         "max_deliveries": max_deliveries,
+        "tenant": request.tenant,
     }
     with autocommit_scope(engine) as db:
         for _ in range(ROUNDS):
@@ -96,6 +101,7 @@ def store_turn(request: TurnRequest, *, queue: str, engine: Engine, max_deliveri
             # Nothing stored and no turn in the statement's snapshot, which is older than a row it
             # may have waited for (the session created or deleted meanwhile). Say why, or go again.
             check_reply_to(db, request.session_id, request.reply_to)
+            check_tenant(db, request.session_id, request.tenant)
             session_exists, deleted = db.execute(
                 select(
                     exists().where(ChatSession.id == request.session_id),

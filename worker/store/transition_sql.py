@@ -161,6 +161,8 @@ INSERT_TURN = text(
         -- Not for a turn id that exists: outside a transaction the position could not be given back.
         UPDATE chat_sessions SET next_turn_position = next_turn_position + 1, last_active_at = now()
         WHERE id = :session_id AND NOT EXISTS (SELECT 1 FROM turns WHERE id = :turn_id)
+          -- A producer that names a tenant stores only into that tenant's session (`check_tenant` says why not).
+          AND (CAST(:tenant AS text) IS NULL OR tenant = CAST(:tenant AS text))
         RETURNING next_turn_position - 1 AS position
     ),
     turn AS (
@@ -175,7 +177,7 @@ INSERT_TURN = text(
     )
     SELECT (SELECT position FROM turn) AS position
     """
-).bindparams(bindparam("images", type_=JSONB), bindparam("reply_to", type_=BigInteger))
+).bindparams(bindparam("images", type_=JSONB), bindparam("reply_to", type_=BigInteger), bindparam("tenant", value=None))
 
 
 INSERT_DELAYED = text(
@@ -184,11 +186,14 @@ INSERT_DELAYED = text(
     -- `pending_input`), so it holds no place in its session's order until RELEASE_DUE.
     INSERT INTO turns (id, session_id, position, status, queue, reply_to, webhook_url, run_at, pending_input)
     SELECT :turn_id, s.id, NULL, 'delayed', :queue, :reply_to, :webhook_url, :run_at, :pending_input
-    FROM chat_sessions s WHERE s.id = :session_id
+    FROM chat_sessions s
+    WHERE s.id = :session_id AND (CAST(:tenant AS text) IS NULL OR s.tenant = CAST(:tenant AS text))
     ON CONFLICT (id) DO NOTHING
     RETURNING id
     """
-).bindparams(bindparam("pending_input", type_=JSONB), bindparam("reply_to", type_=BigInteger))
+).bindparams(
+    bindparam("pending_input", type_=JSONB), bindparam("reply_to", type_=BigInteger), bindparam("tenant", value=None)
+)
 
 
 RELEASE_DUE = text(
@@ -375,10 +380,12 @@ ENSURE_TURN = text(
     -- with the defaults when nobody created it (unless it was deleted: a message left in Redis) and
     -- its user message; for a turn that exists nothing is written and WHY_NOT_CLAIMED's row says
     -- why the claim took nothing. One statement, one round trip either way. INSERT_TURN's UPDATE
-    -- cannot see a session this statement creates, so a new session takes position 0 here.
+    -- cannot see a session this statement creates, so a new session takes position 0 here. A message
+    -- naming a tenant gives it to the session it creates, and stores into an existing one only if
+    -- that is the tenant's (`check_tenant` says why not).
     WITH fresh AS (
-        INSERT INTO chat_sessions (id, agent_framework, model, metadata, next_turn_position)
-        SELECT :session_id, 'langgraph', NULL, '{{}}'::jsonb, 1
+        INSERT INTO chat_sessions (id, agent_framework, model, metadata, next_turn_position, tenant)
+        SELECT :session_id, 'langgraph', NULL, '{{}}'::jsonb, 1, CAST(:tenant AS text)
         WHERE NOT EXISTS (SELECT 1 FROM turns WHERE id = :turn_id)
           -- A new session holds no message to reply to.
           AND CAST(:reply_to AS bigint) IS NULL
@@ -392,6 +399,7 @@ ENSURE_TURN = text(
     taken AS (
         UPDATE chat_sessions SET next_turn_position = next_turn_position + 1, last_active_at = now()
         WHERE id = :session_id AND NOT EXISTS (SELECT 1 FROM turns WHERE id = :turn_id)
+          AND (CAST(:tenant AS text) IS NULL OR tenant = CAST(:tenant AS text))
           AND (CAST(:reply_to AS bigint) IS NULL OR EXISTS (
               SELECT 1 FROM chat_messages r WHERE r.id = :reply_to AND r.session_id = :session_id AND r.role = 'user'
           ))
@@ -412,7 +420,7 @@ ENSURE_TURN = text(
     SELECT (SELECT position FROM turn) AS position, why.*
     FROM (SELECT 1) AS one LEFT JOIN why ON true
     """  # noqa: S608 (composed of constant SQL)
-).bindparams(bindparam("images", type_=JSONB), bindparam("reply_to", type_=BigInteger))
+).bindparams(bindparam("images", type_=JSONB), bindparam("reply_to", type_=BigInteger), bindparam("tenant", value=None))
 
 
 RELEASE = text(

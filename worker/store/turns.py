@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from models.db import connection_scope, session_scope
 from models.tables import ACTIVE_STATUSES, ChatMessage, ChatSession, Turn
-from worker.errors import InvalidTurn, SessionNotFound
+from worker.errors import InvalidTurn, SessionNotFound, TenantMismatch
 from worker.payload import TurnRequest
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,21 @@ def check_reply_to(db: Session | Connection, session_id: uuid.UUID, reply_to: in
         raise InvalidTurn(f"reply_to {reply_to} is not a message of session {session_id}")
     if role != "user":
         raise InvalidTurn(f"reply_to {reply_to} is a {role} message; it must be a user message")
+
+
+def check_tenant(db: Session | Connection, session_id: uuid.UUID, tenant: str | None) -> None:
+    """TenantMismatch if `tenant` is given and the session exists with another tenant (or none).
+
+    The insert statements store nothing for such a session (their `:tenant` condition); this says
+    why, after the fact, so it costs a query only when nothing was stored. A session's tenant never
+    changes, so the answer cannot go stale between the two.
+    """
+    if tenant is None:
+        return
+    row = db.execute(select(ChatSession.tenant).where(ChatSession.id == session_id)).one_or_none()
+    if row is not None and row.tenant != tenant:
+        owner = f"tenant {row.tenant!r}" if row.tenant is not None else "no tenant"
+        raise TenantMismatch(f"session {session_id} belongs to {owner}, not to tenant {tenant!r}; nothing was stored")
 
 
 def turn_exists(turn_id: uuid.UUID, *, engine: Engine) -> bool:
