@@ -13,10 +13,10 @@ share, so the others get its part at once. Sessions without a tenant count as on
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 from chatq.errors import ConfigError
+from chatq.tenants import TENANT_RULE, is_tenant_name
 
 __all__ = ["ANY_TENANT", "MAX_WEIGHT", "NO_TENANT", "TenantWeights", "parse_tenant_weights"]
 
@@ -26,9 +26,6 @@ NO_TENANT = "-"
 """The name the limits give sessions without a tenant (no tenant name can be `-`)."""
 MAX_WEIGHT = 1000.0
 """The largest weight: a ratio beyond 1000:1 is a misconfiguration, not a share."""
-
-# The tenant-name rule of the gateway's tokens (1 to 64 of letters, digits, `_`, `.`, `-`).
-_TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,10 +54,8 @@ def parse_tenant_weights(raw: str | None) -> TenantWeights:
     for number, part in enumerate(parts, start=1):
         tenant, equals, value = (piece.strip() for piece in part.partition("="))
         where = f"entry {number} of CHATQ_TENANT_WEIGHTS ({part!r})"
-        if not equals or not (tenant == ANY_TENANT or _TENANT_NAME.fullmatch(tenant)):
-            raise ConfigError(
-                f"{where} must be tenant=weight, the tenant 1-64 letters, digits, '_', '.' or '-', or '*' (e.g. acme=3)"
-            )
+        if not equals or not (tenant == ANY_TENANT or is_tenant_name(tenant)):
+            raise ConfigError(f"{where} must be tenant=weight (e.g. acme=3), the tenant '*' or {TENANT_RULE}")
         try:
             weight = float(value)
         except ValueError:
