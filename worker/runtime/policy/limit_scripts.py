@@ -74,17 +74,19 @@ end
 -- each grant moves a tenant's virtual time on by 1/weight, and a tenant ahead of another backlogged
 -- one yields the free slot to it. A tenant joining the line starts at the least virtual time of those
 -- already there, so time spent idle banks no credit. Only where a limit holds turns back.
-local vt, vmin, total, mine = 0, nil, weight, nil
+local vt, vmin, mine, others = 0, nil, nil, {}
 if not interactive and (rpm > 0 or tpm > 0 or conc > 0) then
   redis.call('ZREMRANGEBYSCORE', B, '-inf', now)
   mine = redis.call('ZSCORE', B, tenant)
   vt = n(redis.call('HGET', F, 'v:' .. tenant), 0)
-  for _, other in ipairs(redis.call('ZRANGE', B, 0, -1)) do
+  local lines = redis.call('ZRANGE', B, 0, -1, 'WITHSCORES')
+  for i = 1, #lines, 2 do
+    local other = lines[i]
     if other ~= tenant then
       local g = redis.call('HMGET', F, 'v:' .. other, 'w:' .. other)
       local v = n(g[1], 0)
       if vmin == nil or v < vmin then vmin = v end
-      total = total + n(g[2], 1)
+      others[#others + 1] = {tonumber(lines[i + 1]) - BACKLOG_GRACE, n(g[2], 1)}
     end
   end
   if not mine and vmin ~= nil and vt < vmin then vt = vmin end
@@ -134,12 +136,16 @@ if wait > 0 then
     return {0, math.ceil(wait), reason, held, est}
   end
   -- Each tenant has its own line, spaced so the lines together come back at the rate the limit runs:
-  -- a tenant's turns come back at its weight's part of it. One turn that yielded its share goes to
-  -- the back of its own line at the full rate, so when the others' backlog is gone its line is dense.
+  -- a tenant's turns come back at its weight's part of the limit among the tenants whose lines
+  -- still run then (a line's end is when its last turn comes back). So a turn placed beyond the
+  -- others' backlog is spaced for the full rate, and the line is dense once they are done.
   local line = 'n:' .. tenant
-  local spacing = step
-  if reason ~= 'fair_share' then spacing = step * total / weight end
   local back = math.max(now + wait, n(redis.call('HGET', F, line), 0))
+  local total = weight
+  for _, other in ipairs(others) do
+    if other[1] > back then total = total + other[2] end
+  end
+  local spacing = step * total / weight
   redis.call('HSET', F, line, back + spacing)
   redis.call('ZADD', B, 'GT', back + spacing + BACKLOG_GRACE, tenant)
   redis.call('PEXPIRE', F, 86400000)

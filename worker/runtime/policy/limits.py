@@ -19,7 +19,9 @@ Per model (at its base URL) one hash holds the state every worker shares:
   spaced one interval apart, so a backlog of thousands comes back at the rate it can run instead
   of polling; a waiting interactive turn holds every batch turn back until it ran. Each tenant
   has its own line (`:shares`, `n:<tenant>`), spaced so that the lines of the backlogged tenants
-  (`:backlogged`) come back together at the limit's rate, each at its weight's part of it;
+  (`:backlogged`, scored by when each line ends) come back together at the limit's rate, each
+  at its weight's part of it among the lines still running at that point: a turn placed beyond
+  the others' backlog is spaced for the whole rate, so a line is dense again once they are done;
 - **fair share**: each batch grant moves its tenant's virtual time on by 1/weight, and a turn of
   a tenant ahead of another backlogged tenant yields the free slot to it (`fair_share`), so the
   tenants waiting for a limit get its capacity in proportion to their weights
