@@ -172,6 +172,7 @@ WORKER_SHARED = {
         "unacked",
         "delays",
         "tenant_usage",
+        "budgets",
     )
 }
 # The session side: what a producer (a web app that only submits) loads; never the runtime.
