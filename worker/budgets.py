@@ -7,7 +7,7 @@ those days, priced per model at `CHATQ_PRICES` for a USD budget. `chatq usage` r
 The worker enforces budgets from a counter in Redis, one hash per tenant and period,
 `chatq:budget:{tenant}:{period}` (`period` is `2026-12-04` or `2026-12`), with the fields `tokens`
 and `micro_usd` (millionths of a dollar, rounded up per turn) and `announced`. It is seeded from
-Postgres when it is missing (Redis keeps nothing on disk; a script writes the seed only if no
+Postgres when it is missing (Redis keeps nothing on disk; a script writes the sums only if no
 other worker did first), grows by each turn's usage when the turn's usage is stored (the lifecycle
 hook `worker.runtime.observers.budget_hooks.BudgetHooks`), and expires a day after its period.
 A turn stopped by its budget stores the usage of its finished steps, so it counts too.
