@@ -156,8 +156,9 @@ def test_a_turn_over_budget_is_refused_before_any_model_request(
     assert result.outcome is Outcome.SUCCEEDED and _row(served.turn_id).status is TurnStatus.SUCCEEDED
 
 
+@pytest.mark.parametrize("framework", ["langgraph", "plain_openai"])
 def test_a_running_turn_stops_at_its_next_step_with_its_finished_steps_kept(
-    budgets: dict[str, str], openai_stub: OpenAIStub, redis_url: str
+    budgets: dict[str, str], openai_stub: OpenAIStub, redis_url: str, framework: str
 ) -> None:
     acme = _tenant()
     _configure(f"{acme}=1000000tokens/day")
@@ -166,7 +167,7 @@ def test_a_running_turn_stops_at_its_next_step_with_its_finished_steps_kept(
     client = redis.Redis.from_url(redis_url)
     client.hset(budget_key(acme, _today()), mapping={"tokens": 999_990, "micro_usd": 0})
     client.close()
-    session = create_session(model="gpt-4o-mini", tenant=acme)
+    session = create_session(framework=framework, model="gpt-4o-mini", tenant=acme)
     marker = f"steps-{uuid.uuid4().hex}"
     request, result = _run(session, f'{marker} [rounds: 3 calculator {{"expression": "1+1"}}]')
 
