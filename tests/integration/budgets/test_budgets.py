@@ -257,3 +257,23 @@ def test_chatq_usage_shows_spend_against_each_budget(chatq_env: dict[str, str]) 
     ]
     mine = json.loads(chatq_here(env, "usage", "--tenant", acme, "--json").stdout)["budgets"][0]
     assert (mine["spent"], mine["left"], mine["exceeded"]) == (5.0, 0.0, True)
+
+
+def test_turns_one_after_another_go_over_the_budget_by_at_most_one_turn(
+    budgets: dict[str, str], openai_stub: OpenAIStub, redis_url: str
+) -> None:
+    acme = _tenant()
+    _configure(f"{acme}=1000tokens/day")
+    session = create_session(model="gpt-4o-mini", tenant=acme)
+    prices: list[int] = []
+    for number in range(40):
+        request, result = _run(session, f"turn {number} [words: 30]")
+        if result.outcome is Outcome.FAILED:
+            break
+        prices.append(_row(request.turn_id).total_tokens)
+    else:
+        pytest.fail("no turn was refused")
+    spent = sum(prices)
+    assert spent >= 1000  # the last turn admitted brought the spend to the budget...
+    assert spent - prices[-1] < 1000  # ...from below it, so the overshoot is at most that one turn
+    assert _counter(redis_url, acme, _today())["tokens"] == spent
