@@ -21,6 +21,8 @@ Paid tool calls are not counted against budgets: a budget counts model tokens.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import json
 import logging
 import math
@@ -38,12 +40,14 @@ from chatq.settings import Settings
 from chatq.tenant_budgets import ANY_TENANT, BudgetPeriod, BudgetUnit, TenantBudget, budget_for
 from models.db import autocommit_scope
 from models.tables import ChatSession, Turn, UsageRollup
+from worker import budget_scripts as scripts
 
 __all__ = [
     "ANNOUNCE_CHANNEL",
     "ANNOUNCE_STREAM",
     "BUDGET_EXCEEDED",
     "BudgetLedger",
+    "Gate",
     "Spend",
     "budget_key",
     "budget_report",
@@ -63,26 +67,19 @@ ANNOUNCE_CHANNEL = "chatq:budgets"
 ANNOUNCE_STREAM = "chatq:budget-events"
 """The Redis stream that keeps the last announcements (about a thousand) for readers that were away."""
 MICROS = Decimal(1_000_000)
+ESTIMATE_SECONDS = 40 * 86_400
+"""How long the largest price of a tenant's turn is kept without a turn of it ending."""
 
-_SEED = """
-if redis.call('HEXISTS', KEYS[1], 'tokens') == 0 then
-  redis.call('HSET', KEYS[1], 'tokens', ARGV[1], 'micro_usd', ARGV[2])
-  redis.call('EXPIREAT', KEYS[1], ARGV[3])
-end
-return redis.call('HMGET', KEYS[1], 'tokens', 'micro_usd')
-"""
 
-_ADD = """
-if redis.call('HEXISTS', KEYS[1], 'tokens') == 0 then return false end
-return {redis.call('HINCRBY', KEYS[1], 'tokens', ARGV[1]), redis.call('HINCRBY', KEYS[1], 'micro_usd', ARGV[2])}
-"""
+class Gate(enum.StrEnum):
+    """What `BudgetLedger.admit` decided for a turn about to start."""
 
-_ANNOUNCE = """
-if redis.call('HSETNX', KEYS[1], 'announced', ARGV[1]) == 0 then return 0 end
-redis.call('PUBLISH', KEYS[2], ARGV[2])
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', 1000, '*', 'event', ARGV[2])
-return 1
-"""
+    ADMIT = "admit"
+    """Start it: the budget is not spent, and it is the tenant's only turn or there is room for one more."""
+    REFUSE = "refuse"
+    """The budget is spent: the turn fails before any model request."""
+    WAIT = "wait"
+    """Other turns of the tenant run and one more could take the spend past the budget: wait for them."""
 
 
 def period_start(period: BudgetPeriod, now: datetime) -> datetime:
@@ -264,7 +261,7 @@ class BudgetLedger:
             )
         expires = int((period_end(budget.period, now) + timedelta(days=1)).timestamp())
         log.info("budget of tenant %s: counter %s seeded from Postgres (%d tokens)", tenant, key, tokens)
-        return list(self.client.eval(_SEED, 1, key, tokens, micros, expires))
+        return list(self.client.eval(scripts.SEED, 1, key, tokens, micros, expires))
 
     def add(
         self, tenant: str, budget: TenantBudget, *, tokens: int, micro_usd: int, now: datetime | None = None
@@ -273,17 +270,45 @@ class BudgetLedger:
         now = now or datetime.now(UTC)
         period = period_key(budget.period, now)
         key = budget_key(tenant, period)
-        found = self.client.eval(_ADD, 1, key, tokens, micro_usd)
+        keys = (key, _tenant_key(tenant, "estimate"))
+        found = self.client.eval(scripts.ADD, 2, *keys, tokens, micro_usd, ESTIMATE_SECONDS)
         if not found:
             return self.spend(tenant, budget, now=now)
         return Spend(tenant=tenant, budget=budget, period=period, tokens=int(found[0]), micro_usd=int(found[1]))
+
+    def admit(self, tenant: str, budget: TenantBudget, *, turn_id: object, seconds: float) -> tuple[Gate, Spend]:
+        """Whether a turn of the tenant may start, with the spend the answer was based on.
+
+        Admitted, the turn counts as running for `seconds` (its longest possible attempt) or until
+        `release`. While other turns of the tenant run, one more starts only if the spend plus the
+        largest price one of its turns had, for each running turn and this one, stays within the
+        budget (none known yet: it waits); so near the budget its turns run one at a time, and the
+        budget is overrun by at most the last turn's price.
+        """
+        now = datetime.now(UTC)
+        spend = self.spend(tenant, budget, now=now)
+        field, limit = _field_and_limit(budget)
+        keys = (budget_key(tenant, spend.period), _tenant_key(tenant, "running"), _tenant_key(tenant, "estimate"))
+        stamp = time.time()
+        lifetime = int(seconds) + 60
+        answer = self.client.eval(scripts.ADMIT, 3, *keys, field, limit, stamp, stamp + seconds, str(turn_id), lifetime)
+        if _text(answer[0]) == "missing":  # the spend expired just now: summed again by the next call
+            return self.admit(tenant, budget, turn_id=turn_id, seconds=seconds)
+        spent = int(float(_text(answer[1])))  # as the script read it
+        if field == "tokens":
+            return Gate(_text(answer[0])), dataclasses.replace(spend, tokens=spent)
+        return Gate(_text(answer[0])), dataclasses.replace(spend, micro_usd=spent)
+
+    def release(self, tenant: str, turn_id: object) -> None:
+        """The admitted turn ended (or goes back to the queue): it no longer counts as running."""
+        self.client.zrem(_tenant_key(tenant, "running"), str(turn_id))
 
     def announce(self, spend: Spend) -> bool:
         """Publish the tenant's `budget_exceeded` announcement, once per period; True if this call did."""
         event = {"type": BUDGET_EXCEEDED, "ts": round(time.time(), 3), **spend.as_dict()}
         keys = (budget_key(spend.tenant, spend.period), ANNOUNCE_CHANNEL, ANNOUNCE_STREAM)
         payload = json.dumps(event, separators=(",", ":"))
-        done = bool(self.client.eval(_ANNOUNCE, 3, *keys, "1", payload))
+        done = bool(self.client.eval(scripts.ANNOUNCE, 3, *keys, "1", payload))
         if done:
             log.warning("tenant %s: %s", spend.tenant, spend.reason())
         return done
@@ -340,3 +365,18 @@ def format_budgets(rows: list[Spend]) -> list[str]:
         flag = "  SPENT" if row.exceeded else ""
         lines.append(f"{row.tenant:<32} {row.budget.describe():>22} {row.period:>12} {spent:>16} {left:>16}{flag}")
     return lines
+
+
+def _tenant_key(tenant: str, name: str) -> str:
+    return f"chatq:budget:{tenant}:{name}"
+
+
+def _field_and_limit(budget: TenantBudget) -> tuple[str, int]:
+    """The spend hash's field a budget counts, and its limit in that field's unit."""
+    if budget.unit is BudgetUnit.USD:
+        return "micro_usd", math.floor(budget.limit * MICROS)
+    return "tokens", int(budget.limit)
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -173,6 +173,7 @@ WORKER_SHARED = {
         "delays",
         "tenant_usage",
         "budgets",
+        "budget_scripts",
     )
 }
 # The session side: what a producer (a web app that only submits) loads; never the runtime.

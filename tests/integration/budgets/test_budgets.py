@@ -8,6 +8,8 @@ is reseeded from Postgres when it is gone; `chatq usage` shows spend against eac
 from __future__ import annotations
 
 import json
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -276,4 +278,50 @@ def test_turns_one_after_another_go_over_the_budget_by_at_most_one_turn(
     spent = sum(prices)
     assert spent >= 1000  # the last turn admitted brought the spend to the budget...
     assert spent - prices[-1] < 1000  # ...from below it, so the overshoot is at most that one turn
+    assert _counter(redis_url, acme, _today())["tokens"] == spent
+
+
+def test_turns_on_several_workers_at_once_go_over_the_budget_by_at_most_one_turn(
+    budgets: dict[str, str], openai_stub: OpenAIStub, redis_url: str
+) -> None:
+    """Eight workers (threads, each with its own session of the tenant) submit turns until refused:
+    near the budget they take turns, so the tenant ends at most one turn's price over it."""
+    acme = _tenant()
+    _configure(f"{acme}=1500tokens/day")
+    prices: list[int] = []
+    waits: list[int] = []
+    lock = threading.Lock()
+
+    def work(number: int) -> None:
+        session = create_session(model="gpt-4o-mini", tenant=acme)
+        request = None
+        for _ in range(200):
+            if request is None:
+                request = parse_turn_request(
+                    {"session_id": str(session), "content": f"worker {number} [words: 40]"},
+                    task_id=str(uuid.uuid4()),
+                    settings=get_settings(),
+                )
+            result = execute_turn(request, queue=INTERACTIVE_QUEUE, worker=f"w{number}", runtime=build_runtime())
+            if result.outcome is Outcome.WAITING:
+                with lock:
+                    waits.append(number)
+                time.sleep(result.retry_after or 0.1)
+                continue
+            if result.outcome is Outcome.FAILED:
+                return
+            assert result.outcome is Outcome.SUCCEEDED, result
+            with lock:
+                prices.append(_row(request.turn_id).total_tokens)
+            request = None
+
+    threads = [threading.Thread(target=work, args=(number,)) for number in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads)
+    spent = sum(prices)
+    assert spent >= 1500 and waits  # they reached the budget, and some waited near it
+    assert spent - 1500 <= max(prices), (spent, prices)
     assert _counter(redis_url, acme, _today())["tokens"] == spent

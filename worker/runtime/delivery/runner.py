@@ -28,7 +28,7 @@ from handlers.errors import (
 )
 from handlers.messages import Usage
 from models.tables import TurnStatus
-from worker.budgets import BUDGET_EXCEEDED
+from worker.budgets import BUDGET_EXCEEDED, Gate
 from worker.dispatch import kick_next, send_next, send_turn
 from worker.errors import ConfigError, HandBack, InvalidTurn, LeaseLost, SessionDeleted, TurnCancelled
 from worker.events import EventType, TurnEvents
@@ -168,13 +168,35 @@ def give_back_unstarted(claim: claims.Claim, *, runtime: Runtime) -> Result:
 
 def run_admitted(claim: claims.Claim, *, runtime: Runtime) -> Result:
     """Run a claimed turn once its model's shared limits give it a slot (`worker.runtime.policy.provider`),
-    else put it back to wait for one without holding this thread. A turn whose tenant spent its
-    budget (`CHATQ_TENANT_BUDGETS`) fails first, before any model request."""
+    else put it back to wait for one without holding this thread. Before that, its tenant's budget
+    (`CHATQ_TENANT_BUDGETS`, `worker.runtime.delivery.budget_guard`): spent, the turn fails before
+    any model request; near it, the turn waits while the tenant's other turns run."""
     try:
-        over = budget_guard.refusal(claim, runtime)
-        if over is not None:
-            events = _events(claim.session.id, claim.turn_id, runtime)
-            return fail(claim, events, over.reason(), runtime=runtime, reason=BUDGET_EXCEEDED)
+        budget = budget_guard.admit(claim, runtime)
+    except Exception:
+        # Redis unreachable: give the turn back now (else it waits for its lease to run out).
+        with contextlib.suppress(Exception):
+            claims.requeue_turn(claim, engine=runtime.engine, hand_back=True)
+        raise
+    if budget is None:
+        return _run_provided(claim, runtime=runtime)
+    gate, spend = budget
+    if gate is Gate.REFUSE:
+        events = _events(claim.session.id, claim.turn_id, runtime)
+        return fail(claim, events, spend.reason(), runtime=runtime, reason=BUDGET_EXCEEDED)
+    if gate is Gate.WAIT:
+        waited = budget_guard.hold(claim, spend, runtime=runtime)
+        if waited is None:
+            return Result(outcome=Outcome.LOST, attempt=claim.attempt)
+        return Result(outcome=Outcome.WAITING, retry_after=waited.delay)
+    try:
+        return _run_provided(claim, runtime=runtime)
+    finally:
+        budget_guard.release(claim, runtime)
+
+
+def _run_provided(claim: claims.Claim, *, runtime: Runtime) -> Result:
+    try:
         admission = provider.admit(claim, runtime=runtime)
     except Exception:
         # Redis unreachable: give the turn back now (else it waits for its lease to run out).
