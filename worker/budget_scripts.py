@@ -23,7 +23,8 @@ ADD = """
 -- KEYS[1] spend, KEYS[2] estimate; ARGV: tokens, micro_usd, estimate's lifetime (seconds).
 -- The turn's price raises the estimate; a missing spend is left for the caller to sum (false).
 for i, field in ipairs({'tokens', 'micro_usd'}) do
-  if tonumber(redis.call('HGET', KEYS[2], field) or '0') < tonumber(ARGV[i]) then
+  local known = redis.call('HGET', KEYS[2], field)
+  if not known or tonumber(known) < tonumber(ARGV[i]) then
     redis.call('HSET', KEYS[2], field, ARGV[i])
   end
 end
@@ -44,8 +45,8 @@ local spent = tonumber(redis.call('HGET', KEYS[1], ARGV[1]))
 local limit = tonumber(ARGV[2])
 if spent >= limit then return {'refuse', tostring(spent)} end
 local running = redis.call('ZCARD', KEYS[2])
-local each = tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')
-if running == 0 or (each > 0 and spent + (running + 1) * each <= limit) then
+local each = redis.call('HGET', KEYS[3], ARGV[1])  -- false while no turn of the tenant ended
+if running == 0 or (each and spent + (running + 1) * tonumber(each) <= limit) then
   redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
   redis.call('EXPIRE', KEYS[2], ARGV[6])
   return {'admit', tostring(spent)}

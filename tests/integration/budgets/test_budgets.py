@@ -30,7 +30,7 @@ from tests.support.fixtures import STUB_API_KEY
 from tests.support.inprocess import build_runtime
 from tests.support.openai_stub import OpenAIStub
 from tests.support.turns import replay_events, turn_messages
-from worker.budgets import ANNOUNCE_STREAM, BUDGET_EXCEEDED, budget_key, period_key
+from worker.budgets import ANNOUNCE_STREAM, BUDGET_EXCEEDED, Gate, budget_key, period_key
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest, parse_turn_request
 from worker.producer import create_session
 from worker.runtime.delivery.runner import Outcome, Result, execute_turn
@@ -325,3 +325,31 @@ def test_turns_on_several_workers_at_once_go_over_the_budget_by_at_most_one_turn
     assert spent >= 1500 and waits  # they reached the budget, and some waited near it
     assert spent - 1500 <= max(prices), (spent, prices)
     assert _counter(redis_url, acme, _today())["tokens"] == spent
+
+
+def test_the_gate_runs_turns_alone_until_a_price_is_known_then_side_by_side(
+    budgets: dict[str, str], openai_stub: OpenAIStub
+) -> None:
+    acme = _tenant()
+    _configure(f"{acme}=5usd/day")  # no CHATQ_PRICES: its turns cost $0, a price known once one ended
+    settings = get_settings()
+    budget = settings.tenant_budgets[0]
+    runtime = build_runtime()
+    ledger = ledger_of(settings, runtime.redis, runtime.engine)
+    first, second = uuid.uuid4(), uuid.uuid4()
+    assert ledger.admit(acme, budget, turn_id=first, seconds=60)[0] is Gate.ADMIT
+    assert ledger.admit(acme, budget, turn_id=second, seconds=60)[0] is Gate.WAIT  # no price known yet
+    ledger.release(acme, first)
+    assert ledger.admit(acme, budget, turn_id=second, seconds=60)[0] is Gate.ADMIT  # alone again
+    ledger.release(acme, second)
+
+    _, done = _run(create_session(model="gpt-4o-mini", tenant=acme), "priced at zero [words: 3]")
+    assert done.outcome is Outcome.SUCCEEDED
+    # Its price ($0) is known now: turns start side by side, never held for a budget they cannot reach.
+    gates = [ledger.admit(acme, budget, turn_id=uuid.uuid4(), seconds=60)[0] for _ in range(5)]
+    assert gates == [Gate.ADMIT] * 5
+    # A lapsed admission (its worker died) stops counting as running.
+    lapsed = _tenant()
+    assert ledger.admit(lapsed, budget, turn_id=uuid.uuid4(), seconds=0.2)[0] is Gate.ADMIT
+    time.sleep(0.3)
+    assert ledger.admit(lapsed, budget, turn_id=uuid.uuid4(), seconds=60)[0] is Gate.ADMIT
