@@ -38,6 +38,7 @@ from chatq.errors import ConfigError
 from chatq.masking import mask_url
 from chatq.model_limits import ModelLimit, parse_model_limits
 from chatq.per_process import PerProcess
+from chatq.tenant_budgets import TenantBudget, parse_tenant_budgets
 from chatq.tenant_weights import TenantWeights, parse_tenant_weights
 
 __all__ = [
@@ -142,6 +143,9 @@ class Settings:
     tenant_weights: TenantWeights = field(default_factory=TenantWeights)
     """How a limited model's capacity is split between the tenants waiting for it (`CHATQ_TENANT_WEIGHTS`,
     `chatq.tenant_weights`)."""
+    tenant_budgets: tuple[TenantBudget, ...] = ()
+    """How much each tenant may spend per UTC day or month, in USD or tokens (`CHATQ_TENANT_BUDGETS`,
+    `chatq.tenant_budgets`; enforced by `worker.budgets`). Empty: no budgets."""
     provider_limits: bool = True
     """Whether provider back-pressure and the shared limits are on (`CHATQ_PROVIDER_LIMITS`, `on`/`off`);
     off, a 429 or 503 is an ordinary agent failure (retried once) and nothing paces requests."""
@@ -240,6 +244,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         retention_days=env_optional_float(env, "CHATQ_RETENTION_DAYS", minimum=0.001),
         model_limits=parse_model_limits(env.get("CHATQ_MODEL_LIMITS")),
         tenant_weights=parse_tenant_weights(env.get("CHATQ_TENANT_WEIGHTS")),
+        tenant_budgets=parse_tenant_budgets(env.get("CHATQ_TENANT_BUDGETS")),
         provider_limits=env_switch(env, "CHATQ_PROVIDER_LIMITS", default=True),
         provider_patience=env_float(env, "CHATQ_PROVIDER_PATIENCE", 900.0, minimum=0.0),
         webhook_secret=(env.get("CHATQ_WEBHOOK_SECRET") or "").strip() or None,

@@ -87,6 +87,10 @@ class StepNotRecorded(HandlerError):
         False: the store failed (the cause is chained), and the delivery is tried again."""
 
 
+class BudgetSpent(HandlerError):
+    """The tenant's budget is spent: the turn stops at this step, its finished steps kept."""
+
+
 class UnknownFramework(HandlerError):
     """The session's agent framework is not one chatq knows."""
 

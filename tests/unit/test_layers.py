@@ -172,6 +172,8 @@ WORKER_SHARED = {
         "unacked",
         "delays",
         "tenant_usage",
+        "budgets",
+        "budget_scripts",
     )
 }
 # The session side: what a producer (a web app that only submits) loads; never the runtime.

@@ -276,6 +276,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_usage(args: argparse.Namespace) -> int:
+    from worker.budgets import budget_report, format_budgets
     from worker.queries import format_usage, usage_report
     from worker.tenant_usage import format_tenant_spend, spend_by_tenant
 
@@ -285,13 +286,22 @@ def cmd_usage(args: argparse.Namespace) -> int:
     tenants = spend_by_tenant(args.settings.prices) if overall else []
     if not any(row.tenant is not None for row in tenants):
         tenants = []
+    # Spend against CHATQ_TENANT_BUDGETS this period: overall every budgeted tenant, or the one asked for.
+    budgets = budget_report(args.settings, tenant=args.tenant) if overall or args.tenant is not None else []
     if args.json:
-        _print_json({**report, "by_tenant": [row.as_dict() for row in tenants]} if overall else report)
+        extra = {"by_tenant": [row.as_dict() for row in tenants]} if overall else {}
+        if budgets:
+            extra["budgets"] = [row.as_dict() for row in budgets]
+        _print_json({**report, **extra})
         return EXIT_OK
     for line in format_usage(report):
         print(line)
     if tenants:
         print()
         for line in format_tenant_spend(tenants, report.get("currency") or ""):
+            print(line)
+    if budgets:
+        print()
+        for line in format_budgets(budgets):
             print(line)
     return EXIT_OK

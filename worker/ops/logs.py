@@ -83,6 +83,10 @@ class LogHooks(hooks.TurnHooks):
             )
         elif event.cause is RetryCause.SLOT:
             self.log.debug("turn %s: waiting %.2fs for a slot: %s", turn.turn_id, event.delay, event.error)
+        elif event.cause is RetryCause.BUDGET:
+            self.log.debug(
+                "turn %s: near its tenant's budget, waiting %.2fs: %s", turn.turn_id, event.delay, event.error
+            )
         else:
             self.log.warning(
                 "turn %s: infrastructure error, retrying in %.0fs: %s", turn.turn_id, event.delay, event.error

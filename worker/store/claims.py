@@ -73,6 +73,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+USAGE_COLUMNS = ("prompt_tokens", "completion_tokens", "total_tokens")
+"""The turn's token columns, named as a usage mapping names them."""
+
 
 def claim_turn(
     turn_id: uuid.UUID, *, worker: str, engine: Engine, settings: Settings, session_id: uuid.UUID | None = None
@@ -275,14 +278,25 @@ def complete_turn(claim: Claim, messages: Sequence[AgentMessage], usage: Usage, 
     return Finished(stored=True, next_turn=None if row["id"] is None else NextTurn.from_row(row))
 
 
-def finish_turn(claim: Claim, status: TurnStatus, error: str | None = None, *, engine: Engine) -> Finished:
-    """End an owned turn as failed or cancelled (with its webhook's delivery); not stored if the lease was lost."""
+def finish_turn(
+    claim: Claim, status: TurnStatus, error: str | None = None, *, engine: Engine, usage: Usage | None = None
+) -> Finished:
+    """End an owned turn as failed or cancelled (with its webhook's delivery); not stored if the lease was lost.
+
+    `usage`: the tokens its finished steps used, stored on the turn (a turn its tenant's budget
+    stopped: `worker.budgets` counts them); None leaves the turn's tokens as they are."""
+    tokens = {} if usage is None else {name: int(usage.get(name, 0)) for name in USAGE_COLUMNS}
     with connection_scope(engine) as db:
         done = db.execute(
             update(Turn)
             .where(_owned(claim))
             .values(
-                status=status, error=error, lease_token=None, lease_expires_at=None, finished_at=func.clock_timestamp()
+                status=status,
+                error=error,
+                lease_token=None,
+                lease_expires_at=None,
+                finished_at=func.clock_timestamp(),
+                **tokens,
             )
             .returning(Turn.id)
         ).scalar_one_or_none()

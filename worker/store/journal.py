@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Engine, RowMapping, bindparam, text
@@ -95,6 +95,24 @@ class TurnJournal:
         self._lock = threading.Lock()
         self._next = max((step.seq for step in self._done), default=0) + 1
         self._finished = sum(step.kind in _FINISHED for step in self._done)
+        self._usage: dict[str, int] = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        for step in self._done:
+            self._count(step.usage)
+        self._watch: Callable[[Usage], None] | None = None
+
+    def watch(self, check: Callable[[Usage], None]) -> None:
+        """Call `check` with `usage` after each finished step is recorded (a model message, a tool
+        result); what it raises (`handlers.errors.BudgetSpent`) stops the attempt there."""
+        self._watch = check
+
+    @property
+    def usage(self) -> Usage:
+        """The token usage of the recorded model steps, earlier attempts' included (not stored on the turn yet)."""
+        return dict(self._usage)
+
+    def _count(self, usage: Mapping[str, Any] | None) -> None:
+        for key in self._usage:
+            self._usage[key] += int((usage or {}).get(key, 0))
 
     @classmethod
     def open(cls, engine: Engine, *, turn_id: uuid.UUID, lease_token: uuid.UUID, attempt: int) -> TurnJournal:
@@ -120,6 +138,7 @@ class TurnJournal:
     def model_step(self, message: AgentMessage, usage: Usage) -> None:
         """Record an assistant message that calls tools, with its request's usage."""
         self._write(StepKind.MODEL, message=message.to_dict(), usage=dict(usage))
+        self._checked()
 
     def tool_started(self, call_id: str, name: str) -> None:
         """Record that a tool call is about to run."""
@@ -128,6 +147,11 @@ class TurnJournal:
     def tool_finished(self, call_id: str, message: AgentMessage) -> None:
         """Record a tool call's result (its `tool` message)."""
         self._write(StepKind.TOOL_RESULT, call_id=call_id, message=message.to_dict())
+        self._checked()
+
+    def _checked(self) -> None:
+        if self._watch is not None:
+            self._watch(self.usage)
 
     def approval_pending(self, call_id: str, name: str, args: Mapping[str, Any]) -> None:
         """Record that a tool call waits for a person's decision (`handlers.approvals`), with its arguments."""
@@ -166,5 +190,6 @@ class TurnJournal:
             if written is None:
                 raise StepNotRecorded(STALE, stale=True)
             self._next += 1
+            self._count(usage)
             if kind in _FINISHED:
                 self._finished += 1

@@ -222,4 +222,10 @@ def test_a_process_that_is_not_wired_refuses_to_run_hooks_and_the_app_wires_it()
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["['MetricsHooks',", "'LogHooks',", "'WebhookHooks',", "'ForgetDeletedTurns']"]
+    assert done.stdout.split() == [
+        "['MetricsHooks',",
+        "'LogHooks',",
+        "'BudgetHooks',",
+        "'WebhookHooks',",
+        "'ForgetDeletedTurns']",
+    ]

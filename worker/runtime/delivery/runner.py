@@ -20,17 +20,21 @@ from handlers.context import running_turn
 from handlers.errors import (
     AgentInvocationError,
     AwaitingApproval,
+    BudgetSpent,
     HandlerError,
     ProviderBusy,
     StepNotRecorded,
     UnknownFramework,
 )
+from handlers.messages import Usage
 from models.tables import TurnStatus
+from worker.budgets import BUDGET_EXCEEDED, Gate
 from worker.dispatch import kick_next, send_next, send_turn
 from worker.errors import ConfigError, HandBack, InvalidTurn, LeaseLost, SessionDeleted, TurnCancelled
 from worker.events import EventType, TurnEvents
 from worker.log_context import set_attempt, turn_context
 from worker.payload import TurnRequest
+from worker.runtime.delivery import budget_guard
 from worker.runtime.delivery.paused import pause, report_waits
 from worker.runtime.delivery.process import Runtime
 from worker.runtime.delivery.relay import run_handler
@@ -164,7 +168,34 @@ def give_back_unstarted(claim: claims.Claim, *, runtime: Runtime) -> Result:
 
 def run_admitted(claim: claims.Claim, *, runtime: Runtime) -> Result:
     """Run a claimed turn once its model's shared limits give it a slot (`worker.runtime.policy.provider`),
-    else put it back to wait for one without holding this thread."""
+    else put it back to wait for one without holding this thread. Before that, its tenant's budget
+    (`CHATQ_TENANT_BUDGETS`, `worker.runtime.delivery.budget_guard`): spent, the turn fails before
+    any model request; near it, the turn waits while the tenant's other turns run."""
+    try:
+        budget = budget_guard.admit(claim, runtime)
+    except Exception:
+        # Redis unreachable: give the turn back now (else it waits for its lease to run out).
+        with contextlib.suppress(Exception):
+            claims.requeue_turn(claim, engine=runtime.engine, hand_back=True)
+        raise
+    if budget is None:
+        return _run_provided(claim, runtime=runtime)
+    gate, spend = budget
+    if gate is Gate.REFUSE:
+        events = _events(claim.session.id, claim.turn_id, runtime)
+        return fail(claim, events, spend.reason(), runtime=runtime, reason=BUDGET_EXCEEDED)
+    if gate is Gate.WAIT:
+        waited = budget_guard.hold(claim, spend, runtime=runtime)
+        if waited is None:
+            return Result(outcome=Outcome.LOST, attempt=claim.attempt)
+        return Result(outcome=Outcome.WAITING, retry_after=waited.delay)
+    try:
+        return _run_provided(claim, runtime=runtime)
+    finally:
+        budget_guard.release(claim, runtime)
+
+
+def _run_provided(claim: claims.Claim, *, runtime: Runtime) -> Result:
     try:
         admission = provider.admit(claim, runtime=runtime)
     except Exception:
@@ -215,6 +246,9 @@ def retry_after_outage(request: TurnRequest, exc: BaseException, retries: int, *
 def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Result:
     registry = runtime.hooks
     journal = open_journal(claim, runtime)
+    check = budget_guard.step_check(claim, runtime)
+    if check is not None:
+        journal.watch(check)  # the tenant's budget, after each finished step
     report_waits(claim, journal, runtime=runtime)
     if claim.deliveries > 1:
         events = _events(claim.session.id, claim.turn_id, runtime)
@@ -267,6 +301,9 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
             if claims.requeue_turn(claim, engine=runtime.engine, hand_back=True):
                 events.publish(EventType.RETRY, claim.attempt, **resuming("a service restarted", journal))
         raise cause from exc
+    except BudgetSpent as exc:
+        # Its finished steps stay in the journal; their usage is stored on the turn and counted.
+        return fail(claim, events, exc.message, runtime=runtime, reason=BUDGET_EXCEEDED, usage=journal.usage)
     except ProviderBusy as exc:
         return wait_for_provider(claim, events, exc, runtime=runtime)
     except AwaitingApproval as exc:
@@ -382,14 +419,30 @@ def wait_for_provider(claim: claims.Claim, events: TurnEvents, exc: ProviderBusy
     return Result(outcome=Outcome.WAITING, retry_after=decision.delay, attempt=claim.attempt)
 
 
-def fail(claim: claims.Claim, events: TurnEvents, error: str, *, runtime: Runtime) -> Result:
-    """End the turn as failed with a user-visible error (secrets masked, storable)."""
+def fail(
+    claim: claims.Claim,
+    events: TurnEvents,
+    error: str,
+    *,
+    runtime: Runtime,
+    reason: str | None = None,
+    usage: Usage | None = None,
+) -> Result:
+    """End the turn as failed with a user-visible error (secrets masked, storable); `reason` goes in
+    its `error` event (`budget_exceeded`), `usage` (its finished steps') is stored on the turn."""
     error = clean_text(mask_secrets(error))
-    ended = claims.finish_turn(claim, TurnStatus.FAILED, error, engine=runtime.engine)
+    ended = claims.finish_turn(claim, TurnStatus.FAILED, error, engine=runtime.engine, usage=usage)
     if not ended.stored:
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
-    events.publish(EventType.ERROR, claim.attempt, error=error)
-    runtime.hooks.failed(hooks.Failed(turn=Facts.of_claim(claim, runtime.settings), error=error))
+    events.publish(EventType.ERROR, claim.attempt, error=error, **({"reason": reason} if reason else {}))
+    tokens = usage or {}
+    failed = hooks.Failed(
+        turn=Facts.of_claim(claim, runtime.settings),
+        error=error,
+        prompt_tokens=int(tokens.get("prompt_tokens", 0)),
+        completion_tokens=int(tokens.get("completion_tokens", 0)),
+    )
+    runtime.hooks.failed(failed)
     send_next(ended.next_turn, client=runtime.redis)
     return Result(outcome=Outcome.FAILED, attempt=claim.attempt, error=error)
 

@@ -67,6 +67,8 @@ class Facts:
     """The model the attempt runs on (the session's, or this worker's default); None likewise."""
     has_webhook: bool | None = None
     """Whether the turn or its session has a webhook (known from the claim); None when the delivery ran no attempt."""
+    tenant: str | None = None
+    """The tenant that owns its session (from the claim); None for no tenant, or when the delivery ran no attempt."""
 
     @classmethod
     def of_claim(cls, claim: Claim, settings: Settings) -> Facts:
@@ -79,6 +81,7 @@ class Facts:
             # A session without a model (NULL) runs on this worker's default.
             model=settings.session_model(claim.session.model),
             has_webhook=claim.has_webhook,
+            tenant=claim.session.tenant,
         )
 
     @classmethod
@@ -163,6 +166,10 @@ class Failed:
     """The user-visible error, secrets masked."""
     at_claim: bool = False
     """True: the delivery found the turn already failed (poisoned) at its claim and ran nothing."""
+    prompt_tokens: int = 0
+    """Prompt tokens the failed turn stored: its finished steps' when its tenant's budget stopped it, else 0."""
+    completion_tokens: int = 0
+    """Completion tokens it stored, likewise."""
 
 
 @dataclass(frozen=True, kw_only=True)

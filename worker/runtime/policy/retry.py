@@ -38,6 +38,7 @@ class RetryCause(enum.StrEnum):
     BUSY = "busy"
     PROVIDER = "provider"
     SLOT = "slot"
+    BUDGET = "budget"
     WEBHOOK = "webhook"
 
 
@@ -77,6 +78,8 @@ class RetryPolicy:
     """Longest wait between tries when the service named none."""
     provider_jitter: float = 0.2
     """Up to this fraction is added to the wait, so refused turns do not come back together."""
+    budget_wait: float = 0.5
+    """Seconds a turn waits, near its tenant's budget, for the tenant's running turns to end (`worker.budgets`)."""
     webhook_base: float = 5.0
     """Seconds before a webhook delivery's first retry (`CHATQ_WEBHOOK_BACKOFF`); doubled on each further one."""
     webhook_cap: float = 600.0
@@ -125,6 +128,10 @@ class RetryPolicy:
     def when_no_slot(self, wait: float) -> RetryDecision:
         """The model's shared limits have no slot for `wait` seconds (the limiter spaced the waiters)."""
         return RetryDecision(cause=RetryCause.SLOT, retry=True, delay=max(wait, 0.01))
+
+    def when_budget_waits(self) -> RetryDecision:
+        """Near its tenant's budget, other turns of the tenant run: look again after `budget_wait`."""
+        return RetryDecision(cause=RetryCause.BUDGET, retry=True, delay=self.budget_wait)
 
     def after_webhook_attempt(self, attempts: int, elapsed: float) -> RetryDecision:
         """After `attempts` attempts of a webhook delivery failed, `elapsed` seconds after it was due."""
