@@ -16,10 +16,13 @@ from typing import Any
 from sqlalchemy import func, select
 
 from models.db import session_scope
-from models.tables import ChatSession, PaidToolCall, Turn, UsageRollup
+from models.tables import ChatSession, PaidToolCall, Turn, TurnStatus, UsageRollup
 from worker.queries import COST_DECIMALS, WORKER_DEFAULT
 
 __all__ = ["NO_TENANT", "TenantSpend", "format_tenant_spend", "spend_by_tenant"]
+
+_WAITING = (TurnStatus.QUEUED, TurnStatus.DELAYED)
+_RUNNING = (TurnStatus.RUNNING, TurnStatus.AWAITING_APPROVAL)
 
 NO_TENANT = "(no tenant)"
 """How `chatq usage` shows the sessions that belong to no tenant."""
@@ -41,6 +44,10 @@ class TenantSpend:
     """What its paid tool calls cost when they were made."""
     unpriced_models: tuple[str, ...]
     """Models its turns used that CHATQ_PRICES has no price for (the worker's default counts as one)."""
+    waiting: int = 0
+    """Its turns waiting now: queued (for a worker, a slot or its share) or delayed until due."""
+    running: int = 0
+    """Its turns running now, or paused for a person's approval."""
 
     @property
     def estimated_cost(self) -> Decimal | None:
@@ -59,6 +66,8 @@ class TenantSpend:
             "tool_cost": _money(self.tool_cost),
             "estimated_cost": _money(self.estimated_cost),
             "unpriced_models": list(self.unpriced_models),
+            "waiting": self.waiting,
+            "running": self.running,
         }
 
 
@@ -99,6 +108,12 @@ def spend_by_tenant(prices: str | None = None) -> list[TenantSpend]:
         .where(UsageRollup.tool_name.is_not(None))
         .group_by(UsageRollup.tenant)
     )
+    live = (
+        select(ChatSession.tenant, Turn.status, func.count(Turn.id))
+        .join(ChatSession, ChatSession.id == Turn.session_id)
+        .where(Turn.status.in_([*_WAITING, *_RUNNING]))
+        .group_by(ChatSession.tenant, Turn.status)
+    )
     # tenant -> model -> [turns, prompt, completion]
     per_model: dict[str | None, dict[str | None, list[int]]] = {}
     tool_cost: dict[str | None, Decimal] = {}
@@ -110,6 +125,9 @@ def spend_by_tenant(prices: str | None = None) -> list[TenantSpend]:
             totals[2] += int(completion or 0)
         for tenant, cost in [*db.execute(tools), *db.execute(rolled_tools)]:
             tool_cost[tenant] = tool_cost.get(tenant, Decimal(0)) + Decimal(cost or 0)
+        now: dict[str | None, list[int]] = {}
+        for tenant, status, count in db.execute(live):
+            now.setdefault(tenant, [0, 0])[0 if status in _WAITING else 1] += int(count)
     rows: list[TenantSpend] = []
     for tenant in sorted(per_model.keys() | tool_cost.keys(), key=lambda name: (name is None, name or "")):
         token_cost: Decimal | None = None
@@ -132,6 +150,8 @@ def spend_by_tenant(prices: str | None = None) -> list[TenantSpend]:
                 token_cost=token_cost,
                 tool_cost=tool_cost.get(tenant, Decimal(0)),
                 unpriced_models=tuple(sorted(unpriced)),
+                waiting=now.get(tenant, [0, 0])[0],
+                running=now.get(tenant, [0, 0])[1],
             )
         )
     return rows
@@ -143,11 +163,14 @@ def format_tenant_spend(rows: list[TenantSpend], currency: str) -> list[str]:
     def money(value: Decimal | None) -> str:
         return "-" if value is None else f"{float(value):.6f}"
 
-    lines = [f"{'tenant':<32} {'turns':>8} {'tokens':>12} {'tools ' + currency:>14} {'cost ' + currency:>14}"]
+    lines = [
+        f"{'tenant':<32} {'turns':>8} {'tokens':>12} {'tools ' + currency:>14} {'cost ' + currency:>14}"
+        f" {'waiting':>8} {'running':>8}"
+    ]
     for row in rows:
         lines.append(
             f"{row.tenant or NO_TENANT:<32} {row.turns:>8} {row.total_tokens:>12} "
-            f"{money(row.tool_cost):>14} {money(row.estimated_cost):>14}"
+            f"{money(row.tool_cost):>14} {money(row.estimated_cost):>14} {row.waiting:>8} {row.running:>8}"
         )
     return lines
 

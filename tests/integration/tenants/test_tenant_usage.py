@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import update
 
 from models.db import session_scope
-from models.tables import ChatSession, Turn
+from models.tables import ChatSession, Turn, TurnStatus
 from tests.support.cli import chatq_here
 from tests.support.factories import add_turn, assistant, create_session, user
 from worker.producer import delete_session
@@ -80,6 +80,21 @@ def test_spend_by_tenant_prices_each_model_and_keeps_deleted_sessions() -> None:
     assert sum(row.turns for row in rows.values()) == overall["turns"]
 
 
+def test_each_tenant_shows_its_turns_waiting_and_running_now() -> None:
+    acme, globex = _names()
+    session = _tenant_session(acme)
+    _turn(session, 10, 10)
+    add_turn(session, [user("waits")], status=TurnStatus.QUEUED)
+    add_turn(_tenant_session(acme), [user("waits too")], status=TurnStatus.QUEUED)
+    add_turn(_tenant_session(acme), [user("runs")], status=TurnStatus.RUNNING)
+    add_turn(_tenant_session(globex), [user("paused")], status=TurnStatus.AWAITING_APPROVAL)
+    add_turn(_tenant_session(globex), [user("failed")], status=TurnStatus.FAILED)
+    rows = {row.tenant: row for row in spend_by_tenant(PRICES)}
+    assert (rows[acme].waiting, rows[acme].running, rows[acme].turns) == (2, 1, 4)
+    assert (rows[globex].waiting, rows[globex].running) == (0, 1)
+    assert rows[acme].as_dict()["waiting"] == 2
+
+
 def test_the_cli_shows_tenants_overall_and_narrows_with_tenant(chatq_env: dict[str, str]) -> None:
     acme, globex = _names()
     _turn(_tenant_session(acme), 1_000_000, 0)
@@ -88,9 +103,9 @@ def test_the_cli_shows_tenants_overall_and_narrows_with_tenant(chatq_env: dict[s
     everything = chatq_here(env, "usage")
     assert everything.returncode == 0, everything.stderr
     lines = [line.split() for line in everything.stdout.splitlines()]
-    assert ["tenant", "turns", "tokens", "tools", "USD", "cost", "USD"] in lines
-    assert [acme, "1", "1000000", "0.000000", "0.150000"] in lines
-    assert [globex, "1", "1000000", "0.000000", "0.600000"] in lines
+    assert ["tenant", "turns", "tokens", "tools", "USD", "cost", "USD", "waiting", "running"] in lines
+    assert [acme, "1", "1000000", "0.000000", "0.150000", "0", "0"] in lines
+    assert [globex, "1", "1000000", "0.000000", "0.600000", "0", "0"] in lines
 
     narrowed = chatq_here(env, "usage", "--tenant", acme, "--json")
     assert narrowed.returncode == 0, narrowed.stderr
