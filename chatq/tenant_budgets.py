@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from chatq.errors import ConfigError
+from chatq.tenants import TENANT_RULE, is_tenant_name
 
 __all__ = ["ANY_TENANT", "BudgetPeriod", "BudgetUnit", "TenantBudget", "budget_for", "parse_tenant_budgets"]
 
@@ -68,7 +69,6 @@ class TenantBudget:
 
 
 _ENTRY = re.compile(r"^\s*([^=\s]+)\s*=\s*([0-9]+(?:\.[0-9]+)?)\s*(usd|\$|tokens?)\s*/\s*(day|month)\s*$", re.I)
-_TENANT = re.compile(r"^[^\s,=]{1,64}$")
 
 
 def parse_tenant_budgets(raw: str | None) -> tuple[TenantBudget, ...]:
@@ -85,8 +85,8 @@ def parse_tenant_budgets(raw: str | None) -> tuple[TenantBudget, ...]:
                 "beta=1000000tokens/month; units usd or tokens, periods day or month)"
             )
         tenant, amount, unit, period = found.groups()
-        if not _TENANT.match(tenant):
-            raise ConfigError(f"{VARIABLE}: tenant {tenant!r} is not a tenant name (at most 64 characters)")
+        if tenant != ANY_TENANT and not is_tenant_name(tenant):
+            raise ConfigError(f"{VARIABLE}: tenant {tenant!r} is not a tenant name ({TENANT_RULE}) or '*'")
         if tenant in seen:
             raise ConfigError(f"{VARIABLE}: tenant {tenant!r} has two budgets")
         seen.add(tenant)

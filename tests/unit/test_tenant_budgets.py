@@ -35,6 +35,8 @@ def test_entries_parse_with_their_unit_and_period() -> None:
         ("acme=1.5tokens/day", "must be a whole number"),
         ("acme=1usd/day,acme=2usd/day", "has two budgets"),
         ("=1usd/day", "is not TENANT=AMOUNT UNIT/PERIOD"),
+        ("-acme=1usd/day", "is not a tenant name"),
+        ("ac/me=1usd/day", "is not a tenant name"),
     ],
 )
 def test_a_bad_entry_is_one_line_naming_the_variable(raw: str, says: str) -> None:
