@@ -13,7 +13,10 @@ Variants, each on fresh services in the same run:
 
 - `tenants`: the sessions carry their tenants, so the limit is shared by weight;
 - `baseline`: the same turns on sessions without a tenant (one waiting line, first come first served:
-  chatq before fair share).
+  chatq before fair share);
+- `budget` (its own shape): tenant `e` submits `--e-turns` (200) batch turns at once to the two workers
+  under `CHATQ_TENANT_BUDGETS=e=<--budget>usd/day` (0.0005: about 50 of the stub's turns); the figure
+  is what it spent beyond the budget in units of its largest turn's price (<= 1).
 
 Figures, over the window in which `a`, `b` and `c` all have turns waiting (from `b`'s and `c`'s submit
 to the first of them finishing): turns finished per tenant against its weighted share of all started
@@ -112,6 +115,70 @@ def run_variant(
         a_turns=a_turns,
         bc_turns=bc_turns,
     )
+
+
+PRICES = {"models": {MODEL: {"prompt": 0.15, "completion": 0.6}}, "currency": "USD"}
+"""Dollars per million tokens, for the budget variant."""
+
+
+def run_budget(*, turns: int, budget_usd: float, rpm: float, latency: float) -> dict[str, Any]:
+    """Tenant `e` submits `turns` batch turns at once under a USD budget on two workers (8 threads each)."""
+    from models.db import session_scope
+    from models.tables import Turn
+    from worker.producer import create_session, submit_turn
+
+    with isolated_services("fairness_budget") as services, LimitedStub(rpm=rpm, latency=latency) as stub:
+        stub.start()
+        use_stub(stub.base_url)
+        env = {
+            **services,
+            "OPENAI_BASE_URL": stub.base_url,
+            "CHATQ_MODEL_LIMITS": json.dumps({MODEL: {"rpm": rpm}}),
+            "CHATQ_PRICES": json.dumps(PRICES),
+            "CHATQ_TENANT_BUDGETS": f"e={budget_usd}usd/day",
+        }
+        workers = [chatq_worker(concurrency=8, env=env, name=f"budget{i}") for i in range(2)]
+        try:
+            for worker in workers:
+                worker.start()
+            run_warmup(None, [WARMUP_MODEL], turns_each=6)
+            ids = [
+                submit_turn(
+                    create_session(framework="none", model=MODEL, tenant="e"), f"e turn {i}", queue="chatq.batch"
+                ).turn_id
+                for i in range(turns)
+            ]
+            deadline = time.monotonic() + turns * 60.0 / rpm * 2 + 120
+            while time.monotonic() < deadline and not _all_finished(ids):
+                time.sleep(0.2)
+            with session_scope() as db:
+                rows = (
+                    db.query(Turn.status, Turn.error, Turn.prompt_tokens, Turn.completion_tokens)
+                    .filter(Turn.id.in_(ids))
+                    .all()
+                )
+                prices = [
+                    (row.prompt_tokens * 0.15 + row.completion_tokens * 0.6) / 1e6
+                    for row in rows
+                    if row.prompt_tokens or row.completion_tokens
+                ]
+                refused = sum(1 for row in rows if row.status.value == "failed" and "budget" in (row.error or ""))
+                unfinished = sum(1 for row in rows if row.status.value not in ("succeeded", "failed"))
+        finally:
+            for worker in workers:
+                worker.stop()
+    spent = sum(prices)
+    return {
+        "variant": "budget",
+        "turns": turns,
+        "budget_usd": budget_usd,
+        "spent_usd": spent,
+        "turns_charged": len(prices),
+        "refused": refused,
+        "unfinished": unfinished,
+        "largest_turn_usd": max(prices, default=0.0),
+        "overrun_in_turns": max(spent - budget_usd, 0.0) / max(max(prices, default=0.0), 1e-12),
+    }
 
 
 def _rows(ids: list[uuid.UUID]) -> list[Any]:
@@ -222,6 +289,20 @@ def blocks(results: list[dict[str, Any]]) -> list[Block]:
     """Each variant's figures against the issue's targets; the baseline's for comparison."""
     out: list[Block] = []
     for r in results:
+        if r["variant"] == "budget":
+            out.append(
+                Block(
+                    name="fairness.budget.overrun",
+                    target="spend beyond the budget <= one turn's price",
+                    figure=r["overrun_in_turns"],
+                    baseline=1.0,
+                    unit="turns",
+                    limit=1.0,
+                    baseline_label="the largest turn's price",
+                    details={k: v for k, v in r.items() if k != "variant"},
+                )
+            )
+            continue
         name = f"fairness.{r['variant']}"
         details = {k: v for k, v in r.items() if k != "variant"}
         for tenant in ("b", "c"):
@@ -304,6 +385,8 @@ def run_apart(variant: str, **options: Any) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="chatq-fairness-") as folder:
         out = os.path.join(folder, "result.json")
         command = [sys.executable, "-m", "bench.fairness", "--variants", variant, "--json", out]
+        if variant == "budget":  # its own shape: one tenant under a budget
+            options = {key: value for key, value in options.items() if key in ("rpm", "latency")}
         for name, value in options.items():
             command += [f"--{name.replace('_', '-')}", str(value)]
         subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
@@ -314,7 +397,7 @@ def run_apart(variant: str, **options: Any) -> dict[str, Any]:
 def run(quick: bool = False) -> list[Block]:
     """The benchmark framework's entry (`python -m bench fairness`)."""
     shape = {"a_turns": 600, "bc_turns": 100, "rpm": 1200.0} if quick else {}
-    return blocks([run_apart(variant, **shape) for variant in VARIANTS])
+    return blocks([run_apart(variant, **shape) for variant in (*VARIANTS, "budget")])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -325,7 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency", type=float, default=0.3, help="the stub's seconds before the first byte")
     parser.add_argument("--delay", type=float, default=10.0, help="seconds between a's flood and b's and c's")
     parser.add_argument("--d-every", type=float, default=1.0, help="seconds between d's interactive turns")
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join((*VARIANTS, 'budget'))}")
+    parser.add_argument("--e-turns", type=int, default=200, help="the budget variant's turns")
+    parser.add_argument("--budget", type=float, default=0.0005, help="the budget variant's USD a day")
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -339,8 +424,21 @@ def main(argv: list[str] | None = None) -> int:
     }
     results = []
     for variant in variants:
-        log(f"fairness: {variant}, a {args.a_turns} + b, c {args.bc_turns} each at {args.rpm:g} rpm")
-        result = run_apart(variant, **options) if len(variants) > 1 else run_variant(variant, **options)
+        shape_text = (
+            f"e {args.e_turns} under ${args.budget:g}"
+            if variant == "budget"
+            else (f"a {args.a_turns} + b, c {args.bc_turns} each")
+        )
+        log(f"fairness: {variant}, {shape_text} at {args.rpm:g} rpm")
+        if variant == "budget":
+            shape = {"rpm": args.rpm, "latency": args.latency}
+            result = (
+                run_apart(variant, **shape)
+                if len(variants) > 1
+                else run_budget(turns=args.e_turns, budget_usd=args.budget, **shape)
+            )
+        else:
+            result = run_apart(variant, **options) if len(variants) > 1 else run_variant(variant, **options)
         log(json.dumps(result))
         results.append(result)
     for block in blocks(results):
