@@ -48,6 +48,9 @@ class TenantSpend:
     """Its turns waiting now: queued (for a worker, a slot or its share) or delayed until due."""
     running: int = 0
     """Its turns running now, or paused for a person's approval."""
+    slots: int | None = None
+    """Slots its turns were given under the models' shared limits, fleet-wide, as long as Redis keeps
+    the limits' state (a day after their last use); None: not read."""
 
     @property
     def estimated_cost(self) -> Decimal | None:
@@ -68,6 +71,7 @@ class TenantSpend:
             "unpriced_models": list(self.unpriced_models),
             "waiting": self.waiting,
             "running": self.running,
+            "slots": self.slots,
         }
 
 
@@ -165,12 +169,13 @@ def format_tenant_spend(rows: list[TenantSpend], currency: str) -> list[str]:
 
     lines = [
         f"{'tenant':<32} {'turns':>8} {'tokens':>12} {'tools ' + currency:>14} {'cost ' + currency:>14}"
-        f" {'waiting':>8} {'running':>8}"
+        f" {'waiting':>8} {'running':>8} {'slots':>8}"
     ]
     for row in rows:
+        slots = "-" if row.slots is None else str(row.slots)
         lines.append(
             f"{row.tenant or NO_TENANT:<32} {row.turns:>8} {row.total_tokens:>12} "
-            f"{money(row.tool_cost):>14} {money(row.estimated_cost):>14} {row.waiting:>8} {row.running:>8}"
+            f"{money(row.tool_cost):>14} {money(row.estimated_cost):>14} {row.waiting:>8} {row.running:>8} {slots:>8}"
         )
     return lines
 

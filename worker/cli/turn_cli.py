@@ -17,15 +17,22 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import json
+import logging
 import mimetypes
 import sys
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker.cli.session_cli import tenant_arg
 from worker.errors import CliError
+
+if TYPE_CHECKING:
+    from worker.tenant_usage import TenantSpend
+
+log = logging.getLogger(__name__)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -275,6 +282,20 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _with_slots(rows: list[TenantSpend]) -> list[TenantSpend]:
+    """The rows with the slots each tenant received under the models' limits (Redis; best effort)."""
+    from chatq.tenant_weights import NO_TENANT
+    from worker.events import get_redis
+    from worker.runtime.policy.limits import slots_by_tenant
+
+    try:
+        slots = slots_by_tenant(get_redis())
+    except Exception as exc:  # the report stands on Postgres; the slots are extra
+        log.debug("slots per tenant unavailable: %s", exc)
+        return rows
+    return [dataclasses.replace(row, slots=slots.get(row.tenant or NO_TENANT, 0)) for row in rows]
+
+
 def cmd_usage(args: argparse.Namespace) -> int:
     from worker.budgets import budget_report, format_budgets
     from worker.queries import format_usage, usage_report
@@ -286,6 +307,8 @@ def cmd_usage(args: argparse.Namespace) -> int:
     tenants = spend_by_tenant(args.settings.prices) if overall else []
     if not any(row.tenant is not None for row in tenants):
         tenants = []
+    elif tenants:
+        tenants = _with_slots(tenants)
     # Spend against CHATQ_TENANT_BUDGETS this period: overall every budgeted tenant, or the one asked for.
     budgets = budget_report(args.settings, tenant=args.tenant) if overall or args.tenant is not None else []
     if args.json:

@@ -13,8 +13,11 @@ from models.db import session_scope
 from models.tables import ChatSession, Turn, TurnStatus
 from tests.support.cli import chatq_here
 from tests.support.factories import add_turn, assistant, create_session, user
+from worker.events import get_redis
 from worker.producer import delete_session
 from worker.queries import usage_report
+from worker.runtime.policy import limits
+from worker.runtime.policy.limits import Scope
 from worker.tenant_usage import spend_by_tenant
 
 pytestmark = pytest.mark.usefixtures("chatq_env")
@@ -103,9 +106,9 @@ def test_the_cli_shows_tenants_overall_and_narrows_with_tenant(chatq_env: dict[s
     everything = chatq_here(env, "usage")
     assert everything.returncode == 0, everything.stderr
     lines = [line.split() for line in everything.stdout.splitlines()]
-    assert ["tenant", "turns", "tokens", "tools", "USD", "cost", "USD", "waiting", "running"] in lines
-    assert [acme, "1", "1000000", "0.000000", "0.150000", "0", "0"] in lines
-    assert [globex, "1", "1000000", "0.000000", "0.600000", "0", "0"] in lines
+    assert ["tenant", "turns", "tokens", "tools", "USD", "cost", "USD", "waiting", "running", "slots"] in lines
+    assert [acme, "1", "1000000", "0.000000", "0.150000", "0", "0", "0"] in lines
+    assert [globex, "1", "1000000", "0.000000", "0.600000", "0", "0", "0"] in lines
 
     narrowed = chatq_here(env, "usage", "--tenant", acme, "--json")
     assert narrowed.returncode == 0, narrowed.stderr
@@ -116,3 +119,26 @@ def test_the_cli_shows_tenants_overall_and_narrows_with_tenant(chatq_env: dict[s
     as_json = json.loads(chatq_here(env, "usage", "--json").stdout)
     by_tenant = {row["tenant"]: row for row in as_json["by_tenant"]}
     assert by_tenant[globex]["estimated_cost"] == pytest.approx(0.6)
+    assert by_tenant[globex]["slots"] == 0
+
+
+def test_the_cli_shows_the_slots_each_tenant_received_under_the_limits(chatq_env: dict[str, str]) -> None:
+    acme, globex = _names()
+    _turn(_tenant_session(acme), 10, 10)
+    _turn(_tenant_session(globex), 10, 10)
+    scopes = [Scope(key=f"usage-{uuid.uuid4().hex[:8]}@http://stub/v1", model="m", rpm=6000) for _ in range(2)]
+    try:
+        for number, scope in enumerate(scopes):  # two models' limits: the slots add up
+            for turn in range(3 + number):
+                grant = limits.acquire(
+                    get_redis(), scope, f"t{turn}", interactive=False, hint_tokens=1, lease_seconds=5, tenant=acme
+                )
+                assert grant.granted
+        limits.acquire(get_redis(), scopes[0], "g", interactive=False, hint_tokens=1, lease_seconds=5, tenant=globex)
+        by_tenant = {
+            row["tenant"]: row for row in json.loads(chatq_here(chatq_env, "usage", "--json").stdout)["by_tenant"]
+        }
+        assert (by_tenant[acme]["slots"], by_tenant[globex]["slots"]) == (7, 1)
+    finally:
+        for scope in scopes:
+            get_redis().delete(*scope.keys(), *scope.share_keys())

@@ -60,6 +60,7 @@ __all__ = [
     "mark_held",
     "release",
     "shares",
+    "slots_by_tenant",
     "state",
     "throttled",
 ]
@@ -277,6 +278,17 @@ def shares(client: redis.Redis, scope: Scope) -> list[TenantShare]:
         )
         for tenant in tenants
     ]
+
+
+def slots_by_tenant(client: redis.Redis) -> dict[str, int]:
+    """Slots each tenant's turns were given under every model's limits kept in Redis now (`chatq usage`)."""
+    totals: dict[str, int] = {}
+    for key in client.scan_iter(match="chatq:limits:*:shares", count=500):
+        for field, value in (client.hgetall(key) or {}).items():
+            name = _text(field)
+            if name.startswith("g:"):
+                totals[name[2:]] = totals.get(name[2:], 0) + int(value)
+    return totals
 
 
 def _text(value: bytes | str) -> str:
