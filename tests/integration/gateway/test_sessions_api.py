@@ -82,10 +82,12 @@ def test_links_turns_lists_the_history_in_pages(admin: httpx.Client) -> None:
     assert [m["content"] for m in page["turns"][1]["messages"]] == ["question 2", "You said: question 2"]
     shown = admin.get(f"/turns/{turns[1]}").json()
     # The delivery's state, the journal's steps and a delayed turn's waiting message are GET
-    # /turns/{id}'s alone (one turn's detail; the history lists no delayed turn).
+    # /turns/{id}'s alone (one turn's detail; the history lists no delayed turn), and so is the
+    # tenant: on a page every turn is the session's, whose tenant the session carries.
     shown.pop("webhook")
     shown.pop("steps")
     assert shown.pop("pending_input") is None
+    assert shown.pop("tenant") is None
     assert page["turns"][0] == shown, "each turn as GET /turns/{id} shows it"
     newer = _turn(admin, session_id, "arrives meanwhile")
     older = admin.get(links["turns"], params={"limit": 2, "cursor": page["next_cursor"]}).json()
