@@ -18,8 +18,9 @@ from worker.ops.metrics import ProviderLimitsCollector
 from worker.runtime.policy import limits
 from worker.runtime.policy.limits import Scope
 
-RPM = 3000.0
-"""One request per 20 ms: fast enough for a test, slow enough for Python's timers."""
+RPM = 6000.0
+"""One request per 10 ms: fast enough for a test, slow enough for Python's timers (the buckets
+allow half a second's worth at once, so a late timer loses nothing)."""
 
 
 @pytest.fixture
@@ -80,14 +81,14 @@ def _jain(values: list[float]) -> float:
 def test_backlogged_tenants_share_a_rate_limit_by_weight_whoever_came_first(scope: Scope) -> None:
     fleet = Fleet(scope=scope, weights={"a": 1.0, "b": 1.0, "c": 2.0})
     start = time.monotonic()
-    fleet.submit("a", 600, start)  # a floods first: without fair share it holds the line for 12 s
-    fleet.run_until(start + 1.0)
+    fleet.submit("a", 600, start)  # a floods first: without fair share it holds the line for 6 s
+    fleet.run_until(start + 0.6)
     fleet.submit("b", 150, time.monotonic())
     fleet.submit("c", 150, time.monotonic())
     joined = time.monotonic()
-    fleet.run_until(joined + 4.0)
-    got = fleet.received(joined + 1.0, joined + 4.0)  # after the new lines settle, all three backlogged
-    assert sum(got.values()) >= 0.85 * 3.0 * RPM / 60, got  # the limit stays used
+    fleet.run_until(joined + 2.5)
+    got = fleet.received(joined + 0.5, joined + 2.5)  # after the new lines settle, all three backlogged
+    assert sum(got.values()) >= 0.85 * 2.0 * RPM / 60, got  # the limit stays used
     normalised = [got[tenant] / weight for tenant, weight in fleet.weights.items()]
     assert _jain(normalised) >= 0.95, got
     assert got["c"] > 1.5 * got["b"], got
@@ -97,14 +98,14 @@ def test_a_tenant_arriving_behind_a_long_line_is_served_at_once(scope: Scope) ->
     fleet = Fleet(scope=scope, weights={})
     start = time.monotonic()
     fleet.submit("a", 400, start)
-    fleet.run_until(start + 0.8)
+    fleet.run_until(start + 0.6)
     arrived = time.monotonic()
     fleet.submit("b", 5, arrived)
-    fleet.run_until(arrived + 1.5)
+    fleet.run_until(arrived + 1.0)
     first_b = min(at for at, tenant in fleet.grants if tenant == "b")
-    # Without fair share b's first turn would come back after a's 400 (8 s); it runs within a few intervals.
+    # Without fair share b's first turn would come back after a's 400 (4 s); it runs within a few intervals.
     assert first_b - arrived < 0.3
-    assert fleet.received(arrived, arrived + 1.5)["b"] == 5
+    assert fleet.received(arrived, arrived + 1.0)["b"] == 5
     shares = {share.tenant: share for share in limits.shares(get_redis(), scope)}
     assert shares["a"].yielded > 0 and shares["b"].granted == 5 and shares["a"].backlogged
     # The scrape reads the same fleet-wide figures from Redis.
@@ -123,14 +124,14 @@ def test_a_tenant_arriving_behind_a_long_line_is_served_at_once(scope: Scope) ->
 def test_an_idle_tenants_share_goes_to_the_others_at_once(scope: Scope) -> None:
     fleet = Fleet(scope=scope, weights={})
     start = time.monotonic()
-    fleet.submit("a", 300, start)
-    fleet.submit("b", 30, start + 0.2)
-    fleet.run_until(start + 4.5)
+    fleet.submit("a", 500, start)
+    fleet.submit("b", 50, start + 0.2)
+    fleet.run_until(start + 3.5)
     last_b = max(at for at, tenant in fleet.grants if tenant == "b")
-    assert last_b < start + 3.0
+    assert last_b < start + 2.0
     # Once b has nothing left, a's line runs at the whole rate (within the backlog grace and timer jitter).
-    after = fleet.received(last_b + 1.2, start + 4.5)
-    window = start + 4.5 - (last_b + 1.2)
+    after = fleet.received(last_b + 1.2, start + 3.5)
+    window = start + 3.5 - (last_b + 1.2)
     assert after["b"] == 0 and after["a"] >= 0.85 * window * RPM / 60, (after, window)
 
 
@@ -138,7 +139,7 @@ def test_a_single_tenant_is_paced_as_before_and_asks_about_once(scope: Scope) ->
     fleet = Fleet(scope=scope, weights={})
     start = time.monotonic()
     fleet.submit("a", 100, start)
-    fleet.run_until(start + 10.0)
+    fleet.run_until(start + 5.0)
     assert len(fleet.grants) == 100
     # Each turn asked a couple of times at most (a turn back a little early waits the rest): no polling.
     assert fleet.asks <= 100 * 3, fleet.asks
