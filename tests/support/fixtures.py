@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import redis
 
 from tests.support.env import environ
 from tests.support.openai_stub import OpenAIStub
@@ -26,3 +27,17 @@ def stub_env(openai_stub: OpenAIStub) -> Iterator[OpenAIStub]:
     openai_stub.clear()
     with environ(OPENAI_BASE_URL=openai_stub.base_url, OPENAI_API_KEY=STUB_API_KEY):
         yield openai_stub
+
+
+@pytest.fixture
+def drop_sent_messages(redis_url: str) -> Iterator[None]:
+    """Remove the task messages a test sent with no worker to consume them (a next turn, a retry, a
+    webhook delivery): a later package's workers would run them against their own model stub."""
+    yield
+    from worker.payload import GUARDED_QUEUES
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.delete(*GUARDED_QUEUES)
+    finally:
+        client.close()

@@ -6,11 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-import redis
 
 from handlers.tools import Tool, register_tool, unregister_tool
 from tests.support.effects import PARAMETERS, append_line, effect_tools
-from worker.payload import GUARDED_QUEUES
 
 APPROVED = "effect_approved"
 """A side-effect tool (`tests.support.effects`) that asks for a person's approval of every call."""
@@ -36,11 +34,5 @@ def _effects() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def _drop_sent_messages(redis_url: str) -> Iterator[None]:
-    """Remove task messages these tests sent without a worker to consume them."""
-    yield
-    client = redis.Redis.from_url(redis_url)
-    try:
-        client.delete(*GUARDED_QUEUES)
-    finally:
-        client.close()
+def _drop_sent_messages(drop_sent_messages: None) -> None:
+    """No worker consumes what these tests send (tests.support.fixtures.drop_sent_messages)."""

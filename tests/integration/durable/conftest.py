@@ -6,10 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-import redis
 
 from tests.support.effects import effect_tools
-from worker.payload import GUARDED_QUEUES
 
 
 @pytest.fixture(autouse=True)
@@ -20,12 +18,5 @@ def _effects() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def _drop_sent_messages(redis_url: str) -> Iterator[None]:
-    """Remove task messages these tests sent without a worker to consume them (a later package's
-    workers would run them against their own model stub)."""
-    yield
-    client = redis.Redis.from_url(redis_url)
-    try:
-        client.delete(*GUARDED_QUEUES)
-    finally:
-        client.close()
+def _drop_sent_messages(drop_sent_messages: None) -> None:
+    """No worker consumes what these tests send (tests.support.fixtures.drop_sent_messages)."""

@@ -7,12 +7,10 @@ Against the real Postgres and Redis; no worker runs here, the submitted turns st
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-import redis
 from sqlalchemy import func, select
 
 from models.db import session_scope
@@ -20,24 +18,12 @@ from models.tables import ChatMessage, ChatSession, Turn, TurnStatus
 from worker.errors import InvalidSchedule, InvalidTurn, SessionNotFound, TenantMismatch
 from worker.event_scripts import UNENDED
 from worker.events import get_redis
-from worker.payload import GUARDED_QUEUES
 from worker.producer import create_schedule, create_session, get_session, submit_turn
 
-pytestmark = pytest.mark.usefixtures("chatq_env")
+pytestmark = pytest.mark.usefixtures("chatq_env", "drop_sent_messages")  # no worker runs these turns
 
 SUFFIX = uuid.uuid4().hex[:8]
 ACME, GLOBEX = f"acme-{SUFFIX}", f"globex-{SUFFIX}"
-
-
-@pytest.fixture(autouse=True)
-def _drop_sent_messages(redis_url: str) -> Iterator[None]:
-    """No worker runs these turns: their messages are not left for a later package's workers."""
-    yield
-    client = redis.Redis.from_url(redis_url)
-    try:
-        client.delete(*GUARDED_QUEUES)
-    finally:
-        client.close()
 
 
 def _stored(session_id: uuid.UUID) -> dict[str, Any]:

@@ -11,32 +11,20 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 from sqlalchemy import func, select
 
 from models.db import session_scope
 from models.tables import ChatSession, Schedule, Turn
 from tests.support.cli import chatq_here
 from worker.cli.batch import session_uuid
-from worker.payload import GUARDED_QUEUES
+
+pytestmark = pytest.mark.usefixtures("drop_sent_messages")  # no worker runs these turns
 
 SUFFIX = uuid.uuid4().hex[:8]
 ACME, GLOBEX = f"acme-{SUFFIX}", f"globex-{SUFFIX}"
-
-
-@pytest.fixture(autouse=True)
-def _drop_sent_messages(redis_url: str) -> Iterator[None]:
-    """No worker runs these turns: their messages are not left for a later package's workers."""
-    yield
-    client = redis.Redis.from_url(redis_url)
-    try:
-        client.delete(*GUARDED_QUEUES)
-    finally:
-        client.close()
 
 
 def _counts() -> tuple[int, int]:
