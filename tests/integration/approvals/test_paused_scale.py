@@ -166,6 +166,9 @@ def paused_turns() -> Iterator[list[uuid.UUID]]:
     _cancel(turn_ids)
 
 
+# Alone, after the rest: it compares the rates of phases under a second long, and another test
+# process's burst in one phase skewed the ratio (30/s before, 11.6/s beside, 24.8/s after, once in CI).
+@pytest.mark.exclusive
 def test_a_thousand_paused_turns_hold_nothing_and_new_turns_run_at_full_speed(
     in_process: InProcessWorker, openai_stub: OpenAIStub, redis_url: str, tmp_path: Path, paused_turns: list[uuid.UUID]
 ) -> None:
