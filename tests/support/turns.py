@@ -49,6 +49,15 @@ def wait_for_status(turn_id: uuid.UUID, status: str, *, timeout: float = 30.0) -
         time.sleep(0.05)
 
 
+def stored_turn(turn_id: uuid.UUID) -> Turn:
+    """The turn's row as stored now, detached from its session (it must exist)."""
+    with session_scope() as db:
+        turn = db.get(Turn, turn_id)
+        assert turn is not None
+        db.expunge(turn)
+        return turn
+
+
 def turn_messages(turn_id: uuid.UUID) -> list[ChatMessage]:
     """A turn's stored messages in order."""
     with session_scope() as db:

@@ -29,7 +29,7 @@ from tests.support.factories import add_turn, assistant, user
 from tests.support.fixtures import STUB_API_KEY
 from tests.support.inprocess import build_runtime
 from tests.support.openai_stub import OpenAIStub
-from tests.support.turns import replay_events, turn_messages
+from tests.support.turns import replay_events, stored_turn, turn_messages
 from worker.budgets import ANNOUNCE_STREAM, BUDGET_EXCEEDED, Gate, budget_key, period_key
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest, parse_turn_request
 from worker.producer import create_session
@@ -82,14 +82,6 @@ def _run(session_id: uuid.UUID, content: str) -> tuple[TurnRequest, Result]:
     return request, execute_turn(request, queue=INTERACTIVE_QUEUE, worker=WORKER, runtime=build_runtime())
 
 
-def _row(turn_id: uuid.UUID) -> Turn:
-    with session_scope() as db:
-        turn = db.get(Turn, turn_id)
-        assert turn is not None
-        db.expunge(turn)
-        return turn
-
-
 def _requests_with(stub: OpenAIStub, marker: str) -> int:
     return sum(marker in json.dumps(body.get("messages")) for body in stub.requests)
 
@@ -127,7 +119,7 @@ def test_a_turn_over_budget_is_refused_before_any_model_request(
     first, done = _run(session, f"{admitted} [words: 5]")  # spend 0: admitted, and its tokens are counted
     assert done.outcome is Outcome.SUCCEEDED
     assert _requests_with(openai_stub, admitted) == 1
-    used = _row(first.turn_id).total_tokens
+    used = stored_turn(first.turn_id).total_tokens
     assert used > 10
     assert _counter(redis_url, acme, _today())["tokens"] == used
 
@@ -135,7 +127,7 @@ def test_a_turn_over_budget_is_refused_before_any_model_request(
     refused, result = _run(session, f"{marker} [words: 5]")
     assert result.outcome is Outcome.FAILED
     assert _requests_with(openai_stub, marker) == 0  # no model request was made
-    turn = _row(refused.turn_id)
+    turn = stored_turn(refused.turn_id)
     assert turn.status is TurnStatus.FAILED
     assert turn.error == (
         f"budget exceeded: tenant {acme} spent {used} tokens of its 10 tokens/day budget for {_today()} "
@@ -150,12 +142,12 @@ def test_a_turn_over_budget_is_refused_before_any_model_request(
     assert len(announced) == 1 and announced[0]["type"] == BUDGET_EXCEEDED and announced[0]["exceeded"] is True
 
     again, _ = _run(session, "once more [words: 2]")  # refused again, announced once only
-    assert _row(again.turn_id).status is TurnStatus.FAILED
+    assert stored_turn(again.turn_id).status is TurnStatus.FAILED
     assert len(_announcements(redis_url, acme)) == 1
 
     # Another tenant's turn runs on the same worker.
     served, result = _run(create_session(model="gpt-4o-mini", tenant=other), "other [words: 3]")
-    assert result.outcome is Outcome.SUCCEEDED and _row(served.turn_id).status is TurnStatus.SUCCEEDED
+    assert result.outcome is Outcome.SUCCEEDED and stored_turn(served.turn_id).status is TurnStatus.SUCCEEDED
 
 
 @pytest.mark.parametrize("framework", ["langgraph", "plain_openai"])
@@ -175,7 +167,7 @@ def test_a_running_turn_stops_at_its_next_step_with_its_finished_steps_kept(
 
     assert result.outcome is Outcome.FAILED
     assert _requests_with(openai_stub, marker) == 1  # stopped before the tool and the next request
-    turn = _row(request.turn_id)
+    turn = stored_turn(request.turn_id)
     assert turn.status is TurnStatus.FAILED and turn.error is not None
     assert turn.error.startswith(f"budget exceeded: tenant {acme} spent ")
     with session_scope() as db:
@@ -199,7 +191,7 @@ def test_the_counter_is_reseeded_from_postgres_when_redis_lost_it(
     session = create_session(model="gpt-4o-mini", tenant=acme)
     first, _ = _run(session, "one [words: 4]")
     second, _ = _run(session, "two [words: 7]")
-    rows = [_row(first.turn_id), _row(second.turn_id)]
+    rows = [stored_turn(first.turn_id), stored_turn(second.turn_id)]
     tokens = sum(row.total_tokens for row in rows)
     micros = sum(-(-(row.prompt_tokens * 1 + row.completion_tokens * 2) // 1) for row in rows)
     month = period_key(get_settings().tenant_budgets[0].period, datetime.now(UTC))
@@ -272,7 +264,7 @@ def test_turns_one_after_another_go_over_the_budget_by_at_most_one_turn(
         request, result = _run(session, f"turn {number} [words: 30]")
         if result.outcome is Outcome.FAILED:
             break
-        prices.append(_row(request.turn_id).total_tokens)
+        prices.append(stored_turn(request.turn_id).total_tokens)
     else:
         pytest.fail("no turn was refused")
     spent = sum(prices)
@@ -312,7 +304,7 @@ def test_turns_on_several_workers_at_once_go_over_the_budget_by_at_most_one_turn
                 return
             assert result.outcome is Outcome.SUCCEEDED, result
             with lock:
-                prices.append(_row(request.turn_id).total_tokens)
+                prices.append(stored_turn(request.turn_id).total_tokens)
             request = None
 
     threads = [threading.Thread(target=work, args=(number,)) for number in range(8)]

@@ -19,7 +19,7 @@ from tests.support.env import environ
 from tests.support.fixtures import STUB_API_KEY
 from tests.support.inprocess import build_runtime
 from tests.support.openai_stub import OpenAIStub
-from tests.support.turns import replay_events, turn_messages
+from tests.support.turns import replay_events, stored_turn, turn_messages
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest, parse_turn_request
 from worker.producer import cancel_turn, create_session
 from worker.runtime.delivery.runner import Outcome, Result, execute_turn
@@ -49,14 +49,6 @@ def _run(request: TurnRequest) -> Result:
     return execute_turn(request, queue=INTERACTIVE_QUEUE, worker=WORKER, runtime=build_runtime())
 
 
-def _row(turn_id: uuid.UUID) -> Turn:
-    with session_scope() as db:
-        turn = db.get(Turn, turn_id)
-        assert turn is not None
-        db.expunge(turn)
-        return turn
-
-
 def _session() -> uuid.UUID:
     return create_session(framework="langgraph", model="gpt-4o-mini")
 
@@ -69,7 +61,7 @@ def test_a_turn_runs_and_stores_its_reply_once(runtime: OpenAIStub, redis_url: s
     request = _request(_session(), "hello [words: 5]")
     result = _run(request)
     assert result.outcome is Outcome.SUCCEEDED and result.attempt == 1
-    assert _row(request.turn_id).status is TurnStatus.SUCCEEDED
+    assert stored_turn(request.turn_id).status is TurnStatus.SUCCEEDED
     assert [m.role for m in turn_messages(request.turn_id)] == ["user", "assistant"]
     types = _types(redis_url, request.turn_id)
     assert types[0] == "started" and types[-1] == "final" and "text" in types
@@ -84,10 +76,10 @@ def test_an_agent_error_asks_for_one_retry_then_succeeds(runtime: OpenAIStub, re
     request = _request(_session(), f"hi [fail-once: {uuid.uuid4()}]")
     first = _run(request)
     assert first.outcome is Outcome.RETRY and first.retry_after is not None
-    assert _row(request.turn_id).status is TurnStatus.QUEUED
+    assert stored_turn(request.turn_id).status is TurnStatus.QUEUED
     second = _run(request)
     assert second.outcome is Outcome.SUCCEEDED and second.attempt == 2
-    row = _row(request.turn_id)
+    row = stored_turn(request.turn_id)
     assert (row.status, row.attempts) == (TurnStatus.SUCCEEDED, 2)
     assert "retry" in _types(redis_url, request.turn_id)
 
@@ -97,7 +89,7 @@ def test_an_agent_that_fails_every_attempt_fails_the_turn_with_its_error(runtime
     assert _run(request).outcome is Outcome.RETRY
     result = _run(request)
     assert result.outcome is Outcome.FAILED
-    row = _row(request.turn_id)
+    row = stored_turn(request.turn_id)
     assert row.status is TurnStatus.FAILED and row.error
     assert [m.role for m in turn_messages(request.turn_id)] == ["user"]
     assert _types(redis_url, request.turn_id)[-1] == "error"
@@ -112,10 +104,10 @@ def test_a_later_turn_waits_while_an_earlier_one_is_unfinished(runtime: OpenAISt
     assert _run(first_failing).outcome is Outcome.RETRY
     busy = _run(second)
     assert busy.outcome in (Outcome.BUSY, Outcome.SKIPPED)
-    assert _row(second.turn_id).status is TurnStatus.QUEUED
+    assert stored_turn(second.turn_id).status is TurnStatus.QUEUED
     assert _run(first_failing).outcome is Outcome.SUCCEEDED
     assert _run(second).outcome is Outcome.SUCCEEDED
-    assert _row(second.turn_id).position > _row(first.turn_id).position
+    assert stored_turn(second.turn_id).position > stored_turn(first.turn_id).position
 
 
 def test_a_turn_cancelled_before_its_delivery_is_not_run(runtime: OpenAIStub, redis_url: str) -> None:
@@ -126,7 +118,7 @@ def test_a_turn_cancelled_before_its_delivery_is_not_run(runtime: OpenAIStub, re
     assert _run(request).outcome in (Outcome.BUSY, Outcome.SKIPPED)  # stored, waiting its turn
     assert cancel_turn(request.turn_id).status is TurnStatus.CANCELLED
     assert _run(request).outcome in (Outcome.CANCELLED, Outcome.SKIPPED)
-    assert _row(request.turn_id).status is TurnStatus.CANCELLED
+    assert stored_turn(request.turn_id).status is TurnStatus.CANCELLED
     assert [m.role for m in turn_messages(request.turn_id)] == ["user"]
     assert not any("never mind" in str(body) for body in runtime.requests)
 
@@ -134,7 +126,7 @@ def test_a_turn_cancelled_before_its_delivery_is_not_run(runtime: OpenAIStub, re
 def test_a_raw_message_for_a_new_session_creates_it_and_runs(runtime: OpenAIStub) -> None:
     request = _request(uuid.uuid4(), "hello")
     assert _run(request).outcome is Outcome.SUCCEEDED
-    assert _row(request.turn_id).session_id == request.session_id
+    assert stored_turn(request.turn_id).session_id == request.session_id
 
 
 def test_a_reply_to_no_stored_message_is_refused_and_stores_nothing(runtime: OpenAIStub, redis_url: str) -> None:
@@ -160,4 +152,4 @@ def test_a_turn_id_of_another_session_is_refused_and_the_other_turn_untouched(ru
     intruder = _request(_session(), "yours", owner.turn_id)
     assert _run(intruder).outcome is Outcome.FAILED
     assert next(m.content for m in turn_messages(owner.turn_id)) == "mine"
-    assert _row(owner.turn_id).status is TurnStatus.SUCCEEDED
+    assert stored_turn(owner.turn_id).status is TurnStatus.SUCCEEDED

@@ -16,12 +16,11 @@ from typing import Any
 import pytest
 
 from chatq.settings import get_settings
-from models.db import session_scope
 from models.tables import Turn, TurnStatus
 from tests.support.env import environ
 from tests.support.handlers import PORTED_FRAMEWORKS, PORTED_PLUGIN, plugin_installed
 from tests.support.inprocess import build_runtime
-from tests.support.turns import replay_events, turn_messages, wait_for_status
+from tests.support.turns import replay_events, stored_turn, turn_messages, wait_for_status
 from worker.payload import INTERACTIVE_QUEUE, TurnRequest, parse_turn_request
 from worker.producer import cancel_turn, create_session
 from worker.runtime.delivery.runner import Outcome, Result, execute_turn
@@ -44,14 +43,6 @@ def _request(session_id: uuid.UUID, content: str, **extra: Any) -> TurnRequest:
 
 def _run(request: TurnRequest) -> Result:
     return execute_turn(request, queue=INTERACTIVE_QUEUE, worker="in-process@test", runtime=build_runtime())
-
-
-def _row(turn_id: uuid.UUID) -> Turn:
-    with session_scope() as db:
-        turn = db.get(Turn, turn_id)
-        assert turn is not None
-        db.expunge(turn)
-        return turn
 
 
 def _usage(row: Turn) -> tuple[int | None, int | None, int | None]:
@@ -81,7 +72,11 @@ def test_a_streaming_plain_handler_streams_and_its_messages_and_usage_are_stored
     assert [m["content"] for m in final["messages"]] == ["", "sunny", reply]
     usage = final["usage"]
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"] > 0
-    assert _usage(_row(first.turn_id)) == (usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"])
+    assert _usage(stored_turn(first.turn_id)) == (
+        usage["prompt_tokens"],
+        usage["completion_tokens"],
+        usage["total_tokens"],
+    )
 
     # The message as sent reaches the handler: images, and `reply_to` (history from before it).
     again = _request(session_id, "look", images=[IMAGE], reply_to=stored[0].id)
@@ -105,7 +100,11 @@ def test_a_plain_handler_without_stream_answers_with_one_final_event_from_invoke
     assert [m["content"] for m in events[-1]["messages"]] == [reply]
     usage = events[-1]["usage"]
     assert usage["total_tokens"] > 0
-    assert _usage(_row(request.turn_id)) == (usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"])
+    assert _usage(stored_turn(request.turn_id)) == (
+        usage["prompt_tokens"],
+        usage["completion_tokens"],
+        usage["total_tokens"],
+    )
 
 
 @pytest.mark.parametrize("framework", PORTED_FRAMEWORKS)
@@ -113,10 +112,10 @@ def test_a_plain_handlers_agent_failure_is_retried_once_then_fails_the_turn(fram
     request = _request(create_session(framework=framework), "please [fail]")
     first = _run(request)
     assert first.outcome is Outcome.RETRY and first.attempt == 1
-    assert _row(request.turn_id).status is TurnStatus.QUEUED
+    assert stored_turn(request.turn_id).status is TurnStatus.QUEUED
     second = _run(request)
     assert (second.outcome, second.attempt, second.error) == (Outcome.FAILED, 2, "The ported agent failed.")
-    row = _row(request.turn_id)
+    row = stored_turn(request.turn_id)
     assert (row.status, row.attempts, row.error) == (TurnStatus.FAILED, 2, "The ported agent failed.")
     assert [m.role for m in turn_messages(request.turn_id)] == ["user"]
     types = [e["type"] for e in replay_events(redis_url, request.turn_id)]
@@ -149,6 +148,6 @@ def test_a_running_plain_handler_is_cancelled_while_it_blocks(redis_url: str) ->
     cancel_turn(request.turn_id)
     running.join(timeout=20)  # well before the handler's 40 s: the worker stopped waiting for it
     assert [r.outcome for r in results] == [Outcome.CANCELLED]
-    assert _row(request.turn_id).status is TurnStatus.CANCELLED
+    assert stored_turn(request.turn_id).status is TurnStatus.CANCELLED
     assert [m.role for m in turn_messages(request.turn_id)] == ["user"]
     assert replay_events(redis_url, request.turn_id)[-1]["type"] == "cancelled"
