@@ -108,6 +108,17 @@ def print_block(block: Block) -> None:
     sys.stdout.flush()
 
 
+def report(blocks: list[Block], results: list[dict[str, Any]], json_path: str | None) -> int:
+    """A benchmark module's own command line ends here: its blocks printed, its raw results written
+    to `json_path` when given; returns the exit code."""
+    for block in blocks:
+        print_block(block)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
 def log(message: str) -> None:
     print(f"   .. {message}", flush=True)
 

@@ -40,7 +40,7 @@ import time
 import uuid
 from typing import Any
 
-from bench.common import ROOT, Block, chatq_worker, isolated_services, log, print_block, run_warmup, use_stub
+from bench.common import ROOT, Block, chatq_worker, isolated_services, log, report, run_warmup, use_stub
 from bench.provider_limits import WARMUP_MODEL, LimitedStub
 
 MODEL = "gpt-4o-mini"
@@ -441,12 +441,7 @@ def main(argv: list[str] | None = None) -> int:
             result = run_apart(variant, **options) if len(variants) > 1 else run_variant(variant, **options)
         log(json.dumps(result))
         results.append(result)
-    for block in blocks(results):
-        print_block(block)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
-    return 0
+    return report(blocks(results), results, args.json)
 
 
 if __name__ == "__main__":

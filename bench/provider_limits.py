@@ -45,7 +45,7 @@ from bench.common import (
     chatq_worker,
     isolated_services,
     log,
-    print_block,
+    report,
     run_warmup,
     use_stub,
 )
@@ -324,12 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run_apart(variant, **options) if len(variants) > 1 else run_variant(variant, **options)
         log(json.dumps(result))
         results.append(result)
-    for block in blocks(results):
-        print_block(block)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
-    return 0
+    return report(blocks(results), results, args.json)
 
 
 if __name__ == "__main__":
