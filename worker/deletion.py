@@ -19,13 +19,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 from redis import RedisError
-from sqlalchemy import ARRAY, Uuid, bindparam, delete, func, select, text
+from sqlalchemy import ARRAY, String, Uuid, bindparam, cast, delete, func, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -131,15 +131,17 @@ def delete_session(
             wait_for_ends(running, timeout=stop_wait)
     with session_scope() as db:
         scoped_session(db, session_uuid, tenant, lock=True)
-        turn_ids = _delete_sessions(db, [session_uuid], reason="deleted")
-    forget_turns(turn_ids)
-    log.info("session %s deleted with %d turn(s), %d stopped first", session_uuid, len(turn_ids), len(stopped))
-    return DeletedSessionReport(session_id=session_uuid, turns=len(turn_ids), stopped=list(stopped))
+        deleted = _delete_sessions(db, [session_uuid], reason="deleted")
+    # A queued turn cancelled above is finished, but its message (and marker) may still wait in the queue.
+    forget_turns(deleted.ids, finished=deleted.finished - {str(turn_id) for turn_id in stopped})
+    log.info("session %s deleted with %d turn(s), %d stopped first", session_uuid, len(deleted.ids), len(stopped))
+    return DeletedSessionReport(session_id=session_uuid, turns=len(deleted.ids), stopped=list(stopped))
 
 
-def _delete_sessions(db: Session, session_ids: Sequence[uuid.UUID], *, reason: str) -> list[uuid.UUID]:
-    """Roll up the usage of these (locked) sessions, delete them, keep their digests; returns their turn ids."""
-    turn_ids = list(db.execute(select(Turn.id).where(Turn.session_id.in_(session_ids))).scalars())
+def _delete_sessions(db: Session, session_ids: Sequence[uuid.UUID], *, reason: str) -> DeletedTurns:
+    """Roll up the usage of these (locked) sessions, delete them, keep their digests; returns their turns."""
+    # The ids come back as text: what Redis needs, without a UUID object per turn on the way.
+    rows = db.execute(select(cast(Turn.id, String), Turn.status).where(Turn.session_id.in_(session_ids))).all()
     db.execute(ROLLUP, {"session_ids": list(session_ids), "reason": reason})
     db.execute(delete(PaidToolCall).where(PaidToolCall.session_id.in_(session_ids)))
     # Turns, messages and knowledge-base attachments go with the session (ON DELETE CASCADE).
@@ -149,41 +151,78 @@ def _delete_sessions(db: Session, session_ids: Sequence[uuid.UUID], *, reason: s
         .values([{"digest": DeletedSession.digest_of(session_id)} for session_id in session_ids])
         .on_conflict_do_nothing()
     )
-    return turn_ids
+    return DeletedTurns(
+        ids=[turn_id for turn_id, _ in rows],
+        finished=frozenset(turn_id for turn_id, status in rows if TurnStatus(status).finished),
+    )
 
+
+@dataclass(frozen=True, kw_only=True)
+class DeletedTurns:
+    """The turns a deletion removed, as `forget_turns` takes them."""
+
+    ids: list[str]
+    """Every deleted turn's id."""
+    finished: frozenset[str]
+    """Those of them that had finished before the deletion (see `forget_turns`)."""
+
+
+PAGE = 500
+"""Keys or members per Redis command when forgetting turns."""
+
+STREAM_PREFIX, ENDED_PREFIX = turn_stream(""), ended_marker("")
+"""`turn_stream(id)` and `ended_marker(id)` are these plus the id (built here by concatenation:
+10,000 calls of the functions cost more than the Redis commands they feed)."""
 
 LIMIT_SETS = "chatq:limits:*"
 """The provider limits' per-model sets (`worker.runtime.policy.limits.Scope.keys`): their members name turns."""
 
 
-def forget_turns(turn_ids: Sequence[uuid.UUID], *, client: redis.Redis | None = None) -> None:
-    """Remove what Redis holds of deleted turns (best effort, in pages): their replay streams,
-    sent-markers, ended-markers and places in the unended set, and their entries in the provider
-    limits' slot, waiting and sent sets. On `client` (a worker's), else the process's."""
+def forget_turns(
+    turn_ids: Sequence[uuid.UUID | str],
+    *,
+    finished: Collection[str] = frozenset(),
+    client: redis.Redis | None = None,
+) -> None:
+    """Remove what Redis holds of deleted turns (best effort, in pages): their replay streams and
+    ended-markers; and of those not in `finished`, their sent-markers, places in the unended set and
+    entries in the provider limits' slot and waiting sets. On `client` (a worker's), else the process's.
+
+    A turn that had finished holds none of the latter: its marker went when a worker took its
+    message, its place when its terminal event went out, its slot when it ended. Whatever a crash
+    left behind names a turn that no longer exists and lapses (the marker's TTL, the slots'), and the
+    sweep drops a place of a turn that is gone. Skipping them keeps deleting a long session's Redis
+    part at two keys a turn.
+    """
     if not turn_ids:
         return
     client = client or get_redis()
+    names = [str(turn_id) for turn_id in turn_ids]
+    unsettled = [name for name in names if name not in finished]
     try:
-        for start in range(0, len(turn_ids), 500):
-            page = turn_ids[start : start + 500]
-            keys = (turn_stream, sent_marker, ended_marker)
-            client.unlink(*[key(turn_id) for turn_id in page for key in keys])
-            client.zrem(UNENDED, *[str(turn_id) for turn_id in page])
-        _forget_in_limits(client, {str(turn_id) for turn_id in turn_ids})
+        for start in range(0, len(names), PAGE):
+            page = names[start : start + PAGE]
+            client.unlink(*[f"{STREAM_PREFIX}{name}" for name in page], *[f"{ENDED_PREFIX}{name}" for name in page])
+        for start in range(0, len(unsettled), PAGE):
+            page = unsettled[start : start + PAGE]
+            client.unlink(*[sent_marker(name) for name in page])
+            client.zrem(UNENDED, *page)
+        _forget_in_limits(client, unsettled, set(names))
     except RedisError as exc:
         # Left behind, they expire by themselves (CHATQ_EVENT_RETENTION, the markers' and the limits'
         # TTLs), and the sweep drops places in the unended set of turns that no longer exist.
-        log.warning("could not remove the Redis keys of %d deleted turn(s): %s", len(turn_ids), _line(exc))
+        log.warning("could not remove the Redis keys of %d deleted turn(s): %s", len(names), _line(exc))
 
 
-def _forget_in_limits(client: Any, ids: set[str]) -> None:
-    """Slots and waiters are the turn ids; the sent log's members are `turn_id:ms` (a few seconds' worth)."""
+def _forget_in_limits(client: Any, unsettled: Sequence[str], ids: set[str]) -> None:
+    """Slots and waiters are the turn ids (only unfinished turns hold them); the sent log's members
+    are `turn_id:ms` (a few seconds' worth, of any turn)."""
+    members = sorted(unsettled)
     for raw in client.scan_iter(match=LIMIT_SETS, count=1000):
         key = raw.decode() if isinstance(raw, bytes) else str(raw)
         if key.endswith((":slots", ":iwait")):
-            members = sorted(ids)
-            for start in range(0, len(members), 500):
-                client.zrem(key, *members[start : start + 500])
+            for start in range(0, len(members), PAGE):
+                client.zrem(key, *members[start : start + PAGE])
         elif key.endswith(":sent"):
             logged = [m.decode() if isinstance(m, bytes) else str(m) for m in client.zrange(key, 0, -1)]
             gone = [member for member in logged if member.rpartition(":")[0] in ids]
@@ -205,8 +244,8 @@ def purge_idle_sessions(idle_days: float, *, batch: int = PURGE_BATCH, batches: 
             ids = list(db.execute(IDLE_SESSIONS, {"idle_seconds": idle_days * 86_400, "limit": batch}).scalars())
             if not ids:
                 break
-            turn_ids = _delete_sessions(db, ids, reason="retention")
-        forget_turns(turn_ids)
+            deleted = _delete_sessions(db, ids, reason="retention")
+        forget_turns(deleted.ids, finished=deleted.finished)
         purged += len(ids)
         if len(ids) < batch:
             break
