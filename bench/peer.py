@@ -104,9 +104,15 @@ def _phase(side: Side, plan: Plan, count: int, latency: float, floor_ms: float, 
     """One measured burst through the client process: span, CPU by part, memory, load."""
     load = settle(plan.settle_s)
     roots = side.parts()
-    every = list(roots.values())
-    idle = tree_memory_kib(every)
-    sampler = Sampler(lambda: {"mem": float(tree_memory_kib(every))}, 0.5)
+    idle_parts = {name: float(tree_memory_kib([pid])) for name, pid in roots.items()}
+    idle = sum(idle_parts.values())
+
+    def sample() -> dict[str, float]:
+        # The total and each part: a part's peak - idle says which processes grow with turns in flight.
+        mem = {f"mem:{name}": float(tree_memory_kib([pid])) for name, pid in roots.items()}
+        return {"mem": sum(mem.values()), **mem}
+
+    sampler = Sampler(sample, 0.5)
     before: dict[str, float] = {}
     after: dict[str, float] = {}
 
@@ -125,12 +131,14 @@ def _phase(side: Side, plan: Plan, count: int, latency: float, floor_ms: float, 
     cpu = cpu_figures(parts_s=parts, count=count, span_s=span, floor_ms=floor_ms, serving_processes=side.serving())
     memory = memory_figures(idle_kib=idle, peak_kib=max(sampler.peak("mem"), idle), count=count)
     out = {"span": span, "ok": result["ok"], "submit_s": result["submit_s"], "load": load, "cpu": cpu}
-    out |= {"memory": memory, "processes": side.describe()}
+    grown = {name: (max(sampler.peak(f"mem:{name}"), kib) - kib) / 1024 for name, kib in idle_parts.items()}
+    out |= {"memory": memory, "memory_grown_mib": grown, "processes": side.describe()}
     log(
         f"{side.name}{' raw' if raw else ''}: {count} turns @ {latency:g} s: span {span:.2f} s, ok {result['ok']}, "
         f"CPU {with_floor(cpu.total_ms, floor_ms)} "
         f"[{', '.join(f'{k} {v:.1f}' for k, v in cpu.parts_ms.items())}], {cpu.cores_busy:.2f} cores busy, "
-        f"memory idle {memory.idle_mib:.0f} peak {memory.peak_mib:.0f} MiB, load {load:.2f}"
+        f"memory idle {memory.idle_mib:.0f} peak {memory.peak_mib:.0f} MiB "
+        f"[{', '.join(f'{k} +{v:.0f}' for k, v in grown.items())}], load {load:.2f}"
     )
     return out
 
