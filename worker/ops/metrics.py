@@ -31,7 +31,7 @@ cannot be bound is logged as an error; the worker runs on without the endpoint.
 | chatq_provider_in_flight | gauge | model | slots held across the fleet, read at scrape time |
 | chatq_tenant_slots_total | counter | model, tenant | slots each tenant's turns were given (fleet-wide, from Redis) |
 | chatq_tenant_yields_total | counter | model, tenant | free slots a tenant ahead of its share gave up (`fair_share`) |
-| chatq_tenant_backlogged | gauge | model, tenant | 1 while the tenant's batch turns wait in line for the model |
+| chatq_tenant_backlogged | gauge | model, tenant | 1 while any of the tenant's turns wait in line for the model |
 | chatq_webhook_attempts_total | counter | outcome | webhook POSTs: delivered, retry (sent again later), failed |
 | chatq_webhook_attempt_seconds | histogram | | how long one webhook POST took (connect to answer) |
 """
@@ -232,7 +232,7 @@ class ProviderLimitsCollector(Collector):
         )
         backlogged = GaugeMetricFamily(
             "chatq_tenant_backlogged",
-            "1 while a tenant's batch turns wait in line for a model.",
+            "1 while any of a tenant's turns wait in line for a model.",
             labels=["model", "tenant"],
         )
         try:

@@ -36,6 +36,7 @@ class Fleet:
 
     scope: Scope
     weights: dict[str, float]
+    interactive: bool = False
     due: list[tuple[float, int, str, str]] = field(default_factory=list)
     grants: list[tuple[float, str]] = field(default_factory=list)
     asks: int = 0
@@ -58,7 +59,7 @@ class Fleet:
                 get_redis(),
                 self.scope,
                 member,
-                interactive=False,
+                interactive=self.interactive,
                 hint_tokens=10,
                 lease_seconds=30,
                 tenant=tenant,
@@ -143,3 +144,38 @@ def test_a_single_tenant_is_paced_as_before_and_asks_about_once(scope: Scope) ->
     assert len(fleet.grants) == 100
     # Each turn asked a couple of times at most (a turn back a little early waits the rest): no polling.
     assert fleet.asks <= 100 * 3, fleet.asks
+
+
+def test_interactive_turns_are_shared_between_tenants_too(scope: Scope) -> None:
+    fleet = Fleet(scope=scope, weights={"a": 1.0, "b": 1.0}, interactive=True)
+    start = time.monotonic()
+    fleet.submit("a", 400, start)  # a's interactive turns alone would hold the limit for 4 s
+    fleet.run_until(start + 0.6)
+    arrived = time.monotonic()
+    fleet.submit("b", 100, arrived)
+    fleet.run_until(arrived + 2.0)
+    first_b = min(at for at, tenant in fleet.grants if tenant == "b")
+    # In arrival order b's first turn would wait for a's 340 or so still waiting (3.4 s).
+    assert first_b - arrived < 0.3, first_b - arrived
+    got = fleet.received(arrived + 0.3, arrived + 1.5)  # both backlogged: b has 100 turns for 2 s at half the rate
+    assert sum(got.values()) >= 0.85 * 1.2 * RPM / 60, got  # the limit stays used
+    assert _jain([float(got["a"]), float(got["b"])]) >= 0.95, got
+    shares = {share.tenant: share for share in limits.shares(get_redis(), scope)}
+    assert shares["a"].yielded > 0 and shares["a"].backlogged
+
+
+def test_batch_turns_still_wait_for_every_tenants_interactive_turns(scope: Scope) -> None:
+    interactive = Fleet(scope=scope, weights={}, interactive=True)
+    batch = Fleet(scope=scope, weights={})
+    start = time.monotonic()
+    interactive.submit("a", 60, start)
+    interactive.submit("b", 60, start)
+    interactive.run_until(start + 0.2)  # each has asked once: about 50 ran, the rest wait
+    batch.submit("c", 50, time.monotonic())
+    end = start + 2.5
+    while time.monotonic() < end and (interactive.due or batch.due):
+        interactive.run_until(min(end, time.monotonic() + 0.01))
+        batch.run_until(min(end, time.monotonic() + 0.01))
+    assert len(interactive.grants) == 120
+    last_interactive = max(at for at, _ in interactive.grants)
+    assert batch.grants and min(at for at, _ in batch.grants) > last_interactive - 0.05

@@ -70,20 +70,26 @@ if wait <= 0 and not interactive then
   local first = redis.call('ZRANGE', W, 0, 0, 'WITHSCORES')
   if first[2] then wait, reason = math.max(tonumber(first[2]) - 2000 - now, 0) + step, 'interactive' end
 end
--- Weighted fair share between the tenants whose batch turns wait in line (start-time fair queueing):
--- each grant moves a tenant's virtual time on by 1/weight, and a tenant ahead of another backlogged
--- one yields the free slot to it. A tenant joining the line starts at the least virtual time of those
--- already there, so time spent idle banks no credit. Only where a limit holds turns back.
+-- Weighted fair share between the tenants whose turns wait in line (start-time fair queueing), within
+-- each class: batch turns among batch turns, interactive among interactive (their lines, virtual
+-- times and places in B carry the prefix `i`). Each grant moves a tenant's virtual time on by
+-- 1/weight, and a tenant ahead of another backlogged one yields the free slot to it. A tenant joining
+-- the line starts at the least virtual time of those already there, so time spent idle banks no
+-- credit. Only where a limit holds turns back.
+local cls = interactive and 'i' or ''
+local me = interactive and ('i:' .. tenant) or tenant
 local vt, vmin, mine, others = 0, nil, nil, {}
-if not interactive and (rpm > 0 or tpm > 0 or conc > 0) then
+if rpm > 0 or tpm > 0 or conc > 0 then
   redis.call('ZREMRANGEBYSCORE', B, '-inf', now)
-  mine = redis.call('ZSCORE', B, tenant)
-  vt = n(redis.call('HGET', F, 'v:' .. tenant), 0)
+  mine = redis.call('ZSCORE', B, me)
+  vt = n(redis.call('HGET', F, cls .. 'v:' .. tenant), 0)
   local lines = redis.call('ZRANGE', B, 0, -1, 'WITHSCORES')
   for i = 1, #lines, 2 do
     local other = lines[i]
-    if other ~= tenant then
-      local g = redis.call('HMGET', F, 'v:' .. other, 'w:' .. other)
+    local theirs = string.sub(other, 1, 2) == 'i:'
+    if other ~= me and theirs == interactive then
+      local name = theirs and string.sub(other, 3) or other
+      local g = redis.call('HMGET', F, cls .. 'v:' .. name, 'w:' .. name)
       local v = n(g[1], 0)
       if vmin == nil or v < vmin then vmin = v end
       others[#others + 1] = {tonumber(lines[i + 1]) - BACKLOG_GRACE, n(g[2], 1)}
@@ -94,13 +100,40 @@ if not interactive and (rpm > 0 or tpm > 0 or conc > 0) then
     wait, reason = step, 'fair_share'
     redis.call('HINCRBY', F, 'd:' .. tenant, 1)
   end
-  redis.call('HSET', F, 'v:' .. tenant, vt, 'w:' .. tenant, weight)
+  redis.call('HSET', F, cls .. 'v:' .. tenant, vt, 'w:' .. tenant, weight)
   redis.call('PEXPIRE', F, 86400000)
+end
+-- A tenant's line: its turns come back at its weight's part of the limit among the tenants whose
+-- lines (of the same class) still run then (a line's end is when its last turn comes back). So a
+-- turn placed beyond the others' backlog is spaced for the full rate, and the line is dense once
+-- they are done. Returns when the turn comes back.
+local function place(from)
+  local line = cls .. 'n:' .. tenant
+  local back = math.max(from, n(redis.call('HGET', F, line), 0))
+  local total = weight
+  for _, other in ipairs(others) do
+    if other[1] > back then total = total + other[2] end
+  end
+  local spacing = step * total / weight
+  redis.call('HSET', F, line, back + spacing)
+  redis.call('ZADD', B, 'GT', back + spacing + BACKLOG_GRACE, me)
+  redis.call('PEXPIRE', F, 86400000)
+  redis.call('PEXPIRE', B, 86400000)
+  return back
 end
 if wait > 0 then
   if interactive then
     local back = now + wait
-    if reason == 'concurrency' then
+    if vmin ~= nil then
+      -- Other tenants' interactive turns wait too: the one furthest behind keeps its place, the
+      -- others go to their lines.
+      if vt <= vmin + 1e-9 and reason ~= 'fair_share' then
+        redis.call('ZADD', B, 'GT', back + BACKLOG_GRACE, me)
+        redis.call('PEXPIRE', B, 86400000)
+      else
+        back = place(back)
+      end
+    elseif reason == 'concurrency' then
       -- When the slot of the turn `ahead` places down the line frees: the holders end about `avg`
       -- after they started (a slot's score is its start + lease), each waiter ahead runs as long.
       local ends, soon = {}, now + math.max(100, math.min(avg / conc, 1000))
@@ -120,6 +153,12 @@ if wait > 0 then
     else
       back = back + ahead * step
     end
+    if vmin == nil and (rpm > 0 or tpm > 0 or conc > 0) then
+      -- Alone in its class, the tenant's waiting turns still mark it backlogged until the last
+      -- comes back, so a tenant arriving later joins a line instead of queueing behind them all.
+      redis.call('ZADD', B, 'GT', back + BACKLOG_GRACE, me)
+      redis.call('PEXPIRE', B, 86400000)
+    end
     redis.call('ZADD', W, back + 2000, member)
     redis.call('PEXPIRE', W, 86400000)
     return {0, math.ceil(back - now), reason, held, est}
@@ -135,29 +174,13 @@ if wait > 0 then
     redis.call('PEXPIRE', B, 86400000)
     return {0, math.ceil(wait), reason, held, est}
   end
-  -- Each tenant has its own line, spaced so the lines together come back at the rate the limit runs:
-  -- a tenant's turns come back at its weight's part of the limit among the tenants whose lines
-  -- still run then (a line's end is when its last turn comes back). So a turn placed beyond the
-  -- others' backlog is spaced for the full rate, and the line is dense once they are done.
-  local line = 'n:' .. tenant
-  local back = math.max(now + wait, n(redis.call('HGET', F, line), 0))
-  local total = weight
-  for _, other in ipairs(others) do
-    if other[1] > back then total = total + other[2] end
-  end
-  local spacing = step * total / weight
-  redis.call('HSET', F, line, back + spacing)
-  redis.call('ZADD', B, 'GT', back + spacing + BACKLOG_GRACE, tenant)
-  redis.call('PEXPIRE', F, 86400000)
-  redis.call('PEXPIRE', B, 86400000)
+  local back = place(now + wait)
   return {0, math.ceil(back - now), reason, held, est}
 end
 if rpm > 0 then redis.call('HSET', H, 'r_tat', r_new) end
 if tpm > 0 then redis.call('HSET', H, 't_tat', t_new) end
-if not interactive then
-  redis.call('HSET', F, 'v:' .. tenant, vt + 1 / weight, 'w:' .. tenant, weight)
-  redis.call('PEXPIRE', F, 86400000)
-end
+redis.call('HSET', F, cls .. 'v:' .. tenant, vt + 1 / weight, 'w:' .. tenant, weight)
+redis.call('PEXPIRE', F, 86400000)
 redis.call('HINCRBY', F, 'g:' .. tenant, 1)
 redis.call('ZADD', S, now + lease, member)
 redis.call('ZADD', R, now, member .. ':' .. now)

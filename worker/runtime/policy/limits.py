@@ -22,7 +22,9 @@ Per model (at its base URL) one hash holds the state every worker shares:
   (`:backlogged`, scored by when each line ends) come back together at the limit's rate, each
   at its weight's part of it among the lines still running at that point: a turn placed beyond
   the others' backlog is spaced for the whole rate, so a line is dense again once they are done;
-- **fair share**: each batch grant moves its tenant's virtual time on by 1/weight, and a turn of
+- **fair share**, within each class (batch turns among batch turns, interactive among
+  interactive, each tenant's interactive line and virtual time prefixed `i`): each grant moves its
+  tenant's virtual time on by 1/weight, and a turn of
   a tenant ahead of another backlogged tenant yields the free slot to it (`fair_share`), so the
   tenants waiting for a limit get its capacity in proportion to their weights
   (`CHATQ_TENANT_WEIGHTS`), whatever order their turns came in. A tenant with nothing waiting has
@@ -142,9 +144,9 @@ class TenantShare:
     granted: int
     """Slots its turns were given in the scope since the scope's state was last idle for a day."""
     yielded: int
-    """Times one of its batch turns gave a free slot to a tenant behind its share."""
+    """Times one of its turns gave a free slot to a tenant behind its share (in the same class)."""
     backlogged: bool
-    """Whether its batch turns wait in line for the scope now."""
+    """Whether its turns (batch or interactive) wait in line for the scope now."""
 
 
 _scripts: dict[str, Any] = {}
@@ -265,7 +267,8 @@ def shares(client: redis.Redis, scope: Scope) -> list[TenantShare]:
     pipe.time()
     fields, lines, (seconds, micros) = pipe.execute()
     now_ms = seconds * 1000 + micros // 1000
-    waiting = {_text(name) for name, until in lines if until > now_ms}
+    # A tenant's interactive line is `i:<tenant>` beside its batch line `<tenant>`.
+    waiting = {_text(name).removeprefix("i:") for name, until in lines if until > now_ms}
     values = {_text(key): _text(value) for key, value in fields.items()}
     tenants = sorted({key.split(":", 1)[1] for key in values if key[:2] in ("g:", "w:")})
     return [
