@@ -215,3 +215,26 @@ def test_interactive_turns_waiting_for_a_slot_come_back_about_once(scope_key: st
     waited = sorted(asks.values())
     assert sum(waited) <= 8 + 6 * 2, waited
     assert max(waited) <= 4, waited
+
+
+def test_a_fair_share_yield_under_a_concurrency_limit_comes_back_after_a_slots_turn(scope_key: str) -> None:
+    # A concurrency scope's slots free about max_concurrent per request time, full or not: a turn
+    # that yields a free slot to a tenant behind its share is spaced that far (it came back after
+    # 1 ms and churned when the step was that of a full scope only).
+    scope = Scope(key=scope_key, model="m", max_concurrent=4)
+
+    def ask(member: str, tenant: str) -> limits.Grant:
+        return limits.acquire(
+            get_redis(), scope, member, interactive=False, hint_tokens=1, lease_seconds=30, tenant=tenant
+        )
+
+    for i in range(3):  # a request takes 0.4 s: a slot frees every 0.1 s
+        assert ask(f"w{i}", "a").granted
+        limits.release(get_redis(), scope, f"w{i}", succeeded=True, seconds=0.4, estimate=1, tokens=0)
+    for i in range(4):
+        assert ask(f"a{i}", "a").granted
+    assert ask("b0", "b").reason == "concurrency"  # b waits in line now
+    limits.release(get_redis(), scope, "a0", succeeded=True, seconds=0.4, estimate=1, tokens=0)
+    yielded = ask("a4", "a")  # a free slot, but a is ahead of b: it yields it
+    assert not yielded.granted and yielded.reason == "fair_share"
+    assert 0.08 <= yielded.wait <= 0.5, yielded.wait

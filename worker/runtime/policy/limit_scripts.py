@@ -48,7 +48,12 @@ if interactive then
 end
 local wait, reason, step = 0, '', 1
 local held = redis.call('ZCARD', S)
-if conc > 0 and held >= conc then wait, reason, step = avg / conc, 'concurrency', avg / conc end
+if conc > 0 then
+  -- Slots free about `conc` per `avg`, full or not: a turn put back (a fair-share yield too) is
+  -- spaced that far, or it would come back after a millisecond and only churn.
+  step = avg / conc
+  if held >= conc then wait, reason = step, 'concurrency' end
+end
 local r_new, t_new = r_tat, t_tat
 if rpm > 0 then
   local interval = 60000 / rpm
