@@ -18,8 +18,9 @@ from sqlalchemy import Engine, text
 
 from chatq.masking import mask_secrets
 from models.db import session_scope
+from worker import tenant_queue
 from worker.markers import sent_marker, set_markers
-from worker.payload import TASK_NAME, WEBHOOK_QUEUE, redacted_kwargs
+from worker.payload import BATCH_QUEUE, TASK_NAME, WEBHOOK_QUEUE, redacted_kwargs
 
 if TYPE_CHECKING:
     from worker.store.turns import NextTurn
@@ -42,28 +43,45 @@ _PENDING_END = text(
 )
 
 
-def send_turn(message: Mapping[str, Any], *, queue: str, client: redis.Redis, countdown: float | None = None) -> bool:
+def send_turn(
+    message: Mapping[str, Any],
+    *,
+    queue: str,
+    client: redis.Redis,
+    countdown: float | None = None,
+    tenant: str | None = None,
+) -> bool:
     """Send a turn's task message (task id = turn id). False if the broker is unreachable.
 
     A turn that could not be sent is still `queued` in Postgres; the sweeper sends it later.
+    `tenant`: its session's, when the sender knows it (see `send_turns`).
     """
-    return send_turns([message], queue=queue, client=client, countdown=countdown) == 1
+    tenants = {str(message["turn_id"]): tenant} if tenant else None
+    return send_turns([message], queue=queue, client=client, countdown=countdown, tenants=tenants) == 1
 
 
 def send_turns(
-    messages: Sequence[Mapping[str, Any]], *, queue: str, client: redis.Redis, countdown: float | None = None
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    queue: str,
+    client: redis.Redis,
+    countdown: float | None = None,
+    tenants: Mapping[str, str] | None = None,
 ) -> int:
     """Mark many turns' messages in one pipeline (on `client`), then send them over one pooled producer.
 
     Returns how many were sent; the rest stay `queued` in Postgres for the sweeper. The markers go
     first: a worker drops a marker when it takes the message, and one set after the send could land
     after that and outlive the finished turn (for its whole TTL). Markers of messages that could
-    not be sent are dropped again.
+    not be sent are dropped again. `tenants` (turn id -> its session's tenant, where the sender
+    knows it): on `chatq.batch` those messages count as waiting for their tenant until taken
+    (`worker.tenant_queue`), so the workers' thread share sees tenants whose turns wait in the list.
     """
     from worker.app import app
 
     turn_ids = [str(message["turn_id"]) for message in messages]
-    set_markers(client, turn_ids)
+    counted = dict(tenants or {}) if queue == BATCH_QUEUE else {}
+    set_markers(client, turn_ids, counted)
     sent: list[str] = []
     with app.producer_or_acquire() as producer:
         for message in messages:
@@ -92,16 +110,19 @@ def send_turns(
                 continue
             sent.append(str(message["turn_id"]))
     unsent = set(turn_ids).difference(sent)
-    if unsent:
+    if unsent.intersection(counted):
+        tenant_queue.drop_unsent(client, [sent_marker(turn_id) for turn_id in unsent.intersection(counted)])
+    if unsent.difference(counted):
         with contextlib.suppress(RedisError):
-            client.delete(*(sent_marker(turn_id) for turn_id in unsent))
+            client.delete(*(sent_marker(turn_id) for turn_id in unsent.difference(counted)))
     return len(sent)
 
 
-def send_next(nxt: NextTurn | None, *, client: redis.Redis) -> None:
-    """Send a session's next turn (found when the previous one ended), so it never waits for the sweeper."""
+def send_next(nxt: NextTurn | None, *, client: redis.Redis, tenant: str | None = None) -> None:
+    """Send a session's next turn (found when the previous one ended), so it never waits for the sweeper.
+    `tenant`: the session's, when the caller knows it (`send_turns`)."""
     if nxt is not None:
-        send_turn(nxt.to_message(), queue=nxt.queue, client=client)
+        send_turn(nxt.to_message(), queue=nxt.queue, client=client, tenant=tenant or nxt.tenant)
 
 
 def kick_next(session_id: uuid.UUID, *, engine: Engine, client: redis.Redis) -> None:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import redis
 from redis import RedisError
 
-from worker import unacked
-from worker.payload import QUEUES
+from worker import tenant_queue, unacked
+from worker.payload import BATCH_QUEUE, QUEUES
 
 __all__ = ["SENT_MARKER_TTL", "in_queue", "mark_taken", "sent_marker", "set_markers", "still_waiting"]
 
@@ -33,8 +33,12 @@ def sent_marker(turn_id: object) -> str:
     return f"chatq:sent:{turn_id}"
 
 
-def mark_taken(client: redis.Redis, turn_id: object) -> None:
-    """A worker took the turn's message off the queue (best effort)."""
+def mark_taken(client: redis.Redis, turn_id: object, *, queue: str | None = None) -> None:
+    """A worker took the turn's message off `queue` (best effort). Off `chatq.batch` the take is also
+    counted for the tenants' waiting batch messages (`worker.tenant_queue`): the same one call."""
+    if queue == BATCH_QUEUE:
+        tenant_queue.take_from_batch(client, sent_marker(turn_id))
+        return
     with contextlib.suppress(RedisError):
         client.delete(sent_marker(turn_id))
 
@@ -51,15 +55,25 @@ def in_queue(client: redis.Redis, turn_ids: Sequence[uuid.UUID]) -> set[uuid.UUI
     return {turn_id for turn_id, exists in zip(turn_ids, found, strict=True) if exists}
 
 
-def set_markers(client: redis.Redis, turn_ids: Sequence[str]) -> None:
+def set_markers(client: redis.Redis, turn_ids: Sequence[str], tenants: Mapping[str, str] | None = None) -> None:
     """Mark messages as waiting in the queue (best effort: without a marker the sweeper may later
-    send a harmless duplicate)."""
+    send a harmless duplicate). `tenants` (turn id -> tenant): batch messages of tenants' sessions,
+    whose markers also count them as waiting for their tenant (`worker.tenant_queue`), in the same
+    round trip."""
     if not turn_ids:
         return
+    counted = tenants or {}
     with contextlib.suppress(RedisError):
         pipe = client.pipeline(transaction=False)
         for turn_id in turn_ids:
-            pipe.set(sent_marker(turn_id), "1", ex=SENT_MARKER_TTL)
+            if turn_id not in counted:
+                pipe.set(sent_marker(turn_id), "1", ex=SENT_MARKER_TTL)
+        tenant_queue.count_sent(
+            pipe,
+            client,
+            {sent_marker(turn_id): counted[turn_id] for turn_id in turn_ids if turn_id in counted},
+            ttl=SENT_MARKER_TTL,
+        )
         pipe.execute()
 
 

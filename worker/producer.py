@@ -291,7 +291,7 @@ def submit_turn(
         if busy_policy is IfBusy.ENQUEUE and webhook_url is None:
             # The common case is one statement, so it needs no transaction around it.
             with autocommit_scope() as conn:
-                position = claims.insert_turn(conn, request, queue=queue)
+                inserted = claims.insert_queued_turn(conn, request, queue=queue)
         else:
             with session_scope() as db:
                 if busy_policy is not IfBusy.ENQUEUE:
@@ -301,7 +301,7 @@ def submit_turn(
                     # Before any turn is cancelled for it: a turn refused for its tenant changes nothing.
                     turns.check_tenant(db, request.session_id, request.tenant)
                     cancelled = _apply_busy_policy(db, request.session_id, busy_policy)
-                position = claims.insert_turn(db, request, queue=queue)
+                inserted = claims.insert_queued_turn(db, request, queue=queue)
                 if webhook_url is not None:
                     db.execute(update(Turn).where(Turn.id == request.turn_id).values(webhook_url=webhook_url))
     except TurnExists:
@@ -312,8 +312,10 @@ def submit_turn(
     events = TurnEvents(
         session_id=request.session_id, turn_id=request.turn_id, client=client, retention=settings.event_retention
     )
+    position = inserted.position
     events.publish(EventType.QUEUED, 0, position=position)
-    sent = send_turn(request.to_message(), queue=queue, client=client)
+    # Its session's tenant, read by the insert: a tenant's batch turn counts as waiting for it (worker.tenant_queue).
+    sent = send_turn(request.to_message(), queue=queue, client=client, tenant=inserted.tenant)
     log.info("turn %s session %s: queued at position %d on %s", request.turn_id, request.session_id, position, queue)
     return SubmittedTurn(
         turn_id=request.turn_id,

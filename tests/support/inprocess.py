@@ -266,7 +266,7 @@ class InProcessWorker:
         )
         if delivery.task == TASK_NAME:
             # As the worker's task_received handler (worker.ops.signals).
-            mark_taken(self._runtime.redis if self._runtime else get_redis(), delivery.task_id)
+            mark_taken(self._runtime.redis if self._runtime else get_redis(), delivery.task_id, queue=queue)
         eta = headers.get("eta")
         if eta:
             delay = (datetime.fromisoformat(eta) - datetime.now(UTC)).total_seconds()

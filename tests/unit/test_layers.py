@@ -174,6 +174,7 @@ WORKER_SHARED = {
         "tenant_usage",
         "budgets",
         "budget_scripts",
+        "tenant_queue",
     )
 }
 # The session side: what a producer (a web app that only submits) loads; never the runtime.

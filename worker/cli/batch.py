@@ -228,10 +228,11 @@ def submit_batch(batch_id: str, conversations: Sequence[Conversation], *, chunk:
     sent = 0
     session_ids = [session_uuid(batch_id, c.id) for c in conversations if c.id not in skipped]
     for start in range(0, len(session_ids), chunk):
-        heads = _runnable_heads(session_ids[start : start + chunk])
+        heads, tenants = _runnable_heads(session_ids[start : start + chunk])
         # On a resumed run, a head whose message still waits in Redis needs no second one.
         waiting = {str(t) for t in in_queue(get_redis(), [uuid.UUID(m["turn_id"]) for m in heads])}
-        sent += send_turns([m for m in heads if m["turn_id"] not in waiting], queue=BATCH_QUEUE, client=get_redis())
+        to_send = [m for m in heads if m["turn_id"] not in waiting]
+        sent += send_turns(to_send, queue=BATCH_QUEUE, client=get_redis(), tenants=tenants)
     return Submission(
         conversations=len(conversations),
         turns=sum(len(c.turns) for c in conversations),
@@ -295,18 +296,21 @@ def _insert(batch_id: str, conversations: Sequence[Conversation]) -> set[uuid.UU
         return fresh
 
 
-def _runnable_heads(session_ids: Sequence[uuid.UUID]) -> list[dict[str, Any]]:
-    """Task messages for each session's first unfinished turn that is still queued."""
+def _runnable_heads(session_ids: Sequence[uuid.UUID]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Task messages for each session's first unfinished turn that is still queued, and the tenant
+    of each that has one (turn id -> tenant: they count as waiting for it, `worker.tenant_queue`)."""
     with session_scope() as db:
         rows = db.execute(
-            select(Turn.id, Turn.session_id, ChatMessage.content)
+            select(Turn.id, Turn.session_id, ChatMessage.content, ChatSession.tenant)
             .join(ChatMessage, (ChatMessage.turn_id == Turn.id) & (ChatMessage.role == "user"))
+            .join(ChatSession, ChatSession.id == Turn.session_id)
             .where(Turn.session_id.in_(session_ids), Turn.status == TurnStatus.QUEUED, runs_next())
         ).all()
-    return [
+    heads = [
         task_message(turn_id=tid, session_id=sid, content=content, images=None, reply_to=None)
-        for tid, sid, content in rows
+        for tid, sid, content, _ in rows
     ]
+    return heads, {str(tid): tenant for tid, _, _, tenant in rows if tenant}
 
 
 @dataclass(kw_only=True)

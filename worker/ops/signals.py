@@ -98,4 +98,6 @@ def _message_taken(request: Any = None, **_: Any) -> None:
 
     task_id = getattr(request, "id", None)
     if task_id and getattr(request, "name", None) == "chatq.run_turn":
-        mark_taken(get_redis(), task_id)
+        # The list it came from (the intake sets it): a take off `chatq.batch` is counted there too.
+        queue = (getattr(request, "delivery_info", None) or {}).get("routing_key")
+        mark_taken(get_redis(), task_id, queue=queue)

@@ -48,7 +48,7 @@ from worker.store.claim_values import (
     WhyNotClaimed,
     history_head_of,
 )
-from worker.store.inserts import ensure_turn, insert_turn
+from worker.store.inserts import InsertedTurn, ensure_turn, insert_queued_turn, insert_turn
 from worker.store.turns import NextTurn, next_in, poison_reason
 
 __all__ = [
@@ -57,11 +57,13 @@ __all__ = [
     "ClaimStatus",
     "ClaimedSession",
     "Finished",
+    "InsertedTurn",
     "claim_message",
     "claim_turn",
     "complete_turn",
     "ensure_turn",
     "finish_turn",
+    "insert_queued_turn",
     "insert_queued_turns",
     "insert_turn",
     "record_stops",

@@ -92,6 +92,7 @@ def release_due(*, engine: Engine, now: datetime | None = None, limit: int = DEF
             content=row["content"],
             images=tuple(row["images"]) if row["images"] else None,
             reply_to=row["reply_to"],
+            tenant=row["tenant"],
             position=int(row["position"]),
         )
         for row in rows

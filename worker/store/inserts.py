@@ -7,6 +7,7 @@ the producer's (`insert_turn`) and a turn that arrived only as a task message (`
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, exists, select
@@ -19,7 +20,7 @@ from worker.payload import TurnRequest
 from worker.store import transition_sql as sql
 from worker.store.turns import check_reply_to, check_tenant
 
-__all__ = ["ROUNDS", "STORED", "ensure_turn", "insert_turn", "store_turn"]
+__all__ = ["ROUNDS", "STORED", "InsertedTurn", "ensure_turn", "insert_queued_turn", "insert_turn", "store_turn"]
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +28,23 @@ ROUNDS = 4
 """Statements `store_turn` runs at most while the session changes under it (created or deleted)."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class InsertedTurn:
+    """What `insert_queued_turn` stored."""
+
+    position: int
+    """The turn's position in its session."""
+    tenant: str | None
+    """Its session's tenant (None: none), read from the session row the insert updates anyway."""
+
+
 def insert_turn(db: Session | Connection, request: TurnRequest, *, queue: str) -> int:
-    """Add a queued turn and its user message; returns the turn's position.
+    """`insert_queued_turn`'s position."""
+    return insert_queued_turn(db, request, queue=queue).position
+
+
+def insert_queued_turn(db: Session | Connection, request: TurnRequest, *, queue: str) -> InsertedTurn:
+    """Add a queued turn and its user message; returns the turn's position and its session's tenant.
 
     One statement (take the session's next position, insert the turn and its user message), so it
     is atomic also in autocommit; taking the position locks the session row. Raises SessionNotFound,
@@ -49,7 +65,7 @@ def insert_turn(db: Session | Connection, request: TurnRequest, *, queue: str) -
     for _ in range(2):
         row = db.execute(sql.INSERT_TURN, values).one()
         if row.position is not None:
-            return int(row.position)
+            return InsertedTurn(position=int(row.position), tenant=row.tenant)
         # Nothing inserted. The statement's snapshot is older than the session row lock it may
         # have waited for: a session deleted meanwhile still "exists" in it, and the turn id may
         # have been taken or freed since. A new statement sees what committed (read committed).

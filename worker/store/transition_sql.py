@@ -163,7 +163,8 @@ INSERT_TURN = text(
         WHERE id = :session_id AND NOT EXISTS (SELECT 1 FROM turns WHERE id = :turn_id)
           -- A producer that names a tenant stores only into that tenant's session (`check_tenant` says why not).
           AND (CAST(:tenant AS text) IS NULL OR tenant = CAST(:tenant AS text))
-        RETURNING next_turn_position - 1 AS position
+        -- The session's tenant too, from the row it updates anyway (the sender counts batch turns by tenant).
+        RETURNING next_turn_position - 1 AS position, tenant
     ),
     turn AS (
         INSERT INTO turns (id, session_id, position, status, queue, reply_to)
@@ -175,7 +176,7 @@ INSERT_TURN = text(
         INSERT INTO chat_messages (session_id, turn_id, position, role, content, images)
         SELECT :session_id, turn.id, turn.position * :stride, 'user', :content, :images FROM turn
     )
-    SELECT (SELECT position FROM turn) AS position
+    SELECT (SELECT position FROM turn) AS position, (SELECT tenant FROM taken) AS tenant
     """
 ).bindparams(bindparam("images", type_=JSONB), bindparam("reply_to", type_=BigInteger), bindparam("tenant", value=None))
 
@@ -227,7 +228,7 @@ RELEASE_DUE = text(
     taken AS (
         UPDATE chat_sessions s SET next_turn_position = s.next_turn_position + c.n
         FROM counted c WHERE s.id = c.session_id
-        RETURNING s.id, s.next_turn_position - c.n AS first
+        RETURNING s.id, s.next_turn_position - c.n AS first, s.tenant
     ),
     placed AS (
         SELECT d.id, d.pending_input,
@@ -248,7 +249,10 @@ RELEASE_DUE = text(
                CASE WHEN jsonb_typeof(r.images) = 'array' THEN r.images END
         FROM released r
     )
-    SELECT id, session_id, position, queue, reply_to, content, images FROM released ORDER BY session_id, position
+    -- With the session's tenant, from the row it updated: a tenant's batch turn counts as waiting for it.
+    SELECT r.id, r.session_id, r.position, r.queue, r.reply_to, r.content, r.images, taken.tenant
+    FROM released r JOIN taken ON taken.id = r.session_id
+    ORDER BY r.session_id, r.position
     """
 ).bindparams(bindparam("now", value=None))
 

@@ -161,7 +161,7 @@ def give_back_unstarted(claim: claims.Claim, *, runtime: Runtime) -> Result:
     """Requeue a claimed turn that has not started (no `started` event yet) and send it again."""
     if not claims.requeue_turn(claim, engine=runtime.engine, hand_back=True):
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
-    send_turn(claim.to_message(), queue=claim.queue, client=runtime.redis)
+    send_turn(claim.to_message(), queue=claim.queue, client=runtime.redis, tenant=claim.session.tenant)
     runtime.hooks.handed_back(hooks.HandedBack(turn=Facts.of_claim(claim, runtime.settings), running=False))
     return Result(outcome=Outcome.HANDED_BACK)
 
@@ -278,7 +278,7 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
         if ended.stored:
             events.publish(EventType.CANCELLED, claim.attempt)
             registry.cancelled(hooks.Cancelled(turn=Facts.of_claim(claim, runtime.settings)))
-            send_next(ended.next_turn, client=runtime.redis)
+            send_next(ended.next_turn, client=runtime.redis, tenant=claim.session.tenant)
         return Result(outcome=Outcome.CANCELLED, attempt=claim.attempt)
     except HandBack:
         return hand_back(claim, events, runtime=runtime, resumed_after=journal.finished_steps)
@@ -362,7 +362,7 @@ def _run_claimed(claim: claims.Claim, started: float, runtime: Runtime) -> Resul
             total_tokens=usage.get("total_tokens", 0),
         )
     )
-    send_next(completed.next_turn, client=runtime.redis)
+    send_next(completed.next_turn, client=runtime.redis, tenant=claim.session.tenant)
     return Result(outcome=Outcome.SUCCEEDED, attempt=claim.attempt, tokens=usage.get("total_tokens", 0))
 
 
@@ -373,7 +373,7 @@ def hand_back(claim: claims.Claim, events: TurnEvents, *, runtime: Runtime, resu
         return Result(outcome=Outcome.LOST, attempt=claim.attempt)
     why = "the worker is shutting down; another worker takes the turn"
     events.publish(EventType.RETRY, claim.attempt, **announced(why, resumed_after))
-    send_turn(claim.to_message(), queue=claim.queue, client=runtime.redis)
+    send_turn(claim.to_message(), queue=claim.queue, client=runtime.redis, tenant=claim.session.tenant)
     runtime.hooks.handed_back(hooks.HandedBack(turn=Facts.of_claim(claim, runtime.settings), running=True))
     return Result(outcome=Outcome.HANDED_BACK, attempt=claim.attempt)
 
@@ -443,7 +443,7 @@ def fail(
         completion_tokens=int(tokens.get("completion_tokens", 0)),
     )
     runtime.hooks.failed(failed)
-    send_next(ended.next_turn, client=runtime.redis)
+    send_next(ended.next_turn, client=runtime.redis, tenant=claim.session.tenant)
     return Result(outcome=Outcome.FAILED, attempt=claim.attempt, error=error)
 
 

@@ -48,4 +48,9 @@ def _announce(runtime: Runtime, released: list[Released]) -> None:
         log.info("turn %s session %s: due, queued at position %d", turn.turn_id, turn.session_id, turn.position)
     for queue in sorted({turn.queue for turn in released}):
         # Unsent ones stay `queued` in Postgres: the sweep sends them (`send_turns` logs each).
-        send_turns([turn.to_message() for turn in released if turn.queue == queue], queue=queue, client=client)
+        send_turns(
+            [turn.to_message() for turn in released if turn.queue == queue],
+            queue=queue,
+            client=client,
+            tenants={str(turn.turn_id): turn.tenant for turn in released if turn.tenant},
+        )

@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 from chatq.masking import mask_secrets
 from chatq.settings import Settings
 from models.db import session_scope, unpooled_connection
-from models.tables import ChatMessage, Turn, TurnStatus
+from models.tables import ChatMessage, ChatSession, Turn, TurnStatus
 from worker import unacked
 from worker.dispatch import send_next, send_turns
 from worker.markers import still_waiting
@@ -98,8 +98,10 @@ def sweep_once(runtime: Runtime) -> SweepReport:
         in_queue=lambda turn_ids: still_waiting(client, turn_ids, grace=settings.requeue_grace, stuck=stuck),
     )
     forget_stuck_copies(client, [tag for turn in resend for tag in stuck.get(turn.turn_id, ())])
+    tenants = {str(turn.turn_id): turn.tenant for turn in resend if turn.tenant}
     for queue in {turn.queue for turn in resend}:
-        send_turns([turn.to_message() for turn in resend if turn.queue == queue], queue=queue, client=client)
+        messages = [turn.to_message() for turn in resend if turn.queue == queue]
+        send_turns(messages, queue=queue, client=client, tenants=tenants)
     runtime.hooks.sweep_resent(SweepResent(resent=len(resend) - len(expired), expired_leases=len(expired)))
     for turn_id in expired:
         log.warning("turn %s: lease expired, handed to another worker", turn_id)
@@ -183,6 +185,8 @@ def _next_turn(db: Session, turn: Turn) -> NextTurn:
             ChatMessage.turn_id == turn.id, ChatMessage.role == "user"
         )
     ).one_or_none()
+    # The session's tenant: a tenant's batch turn counts as waiting for it (`worker.tenant_queue`).
+    tenant = db.execute(select(ChatSession.tenant).where(ChatSession.id == turn.session_id)).scalar_one_or_none()
     return NextTurn(
         turn_id=turn.id,
         session_id=turn.session_id,
@@ -190,6 +194,7 @@ def _next_turn(db: Session, turn: Turn) -> NextTurn:
         content=user.content if user is not None else "",
         images=tuple(user.images) if user is not None and user.images else None,
         reply_to=turn.reply_to,
+        tenant=tenant,
     )
 
 
