@@ -19,7 +19,10 @@ One hash, `chatq:fleet:queued`, kept by the scripts below (atomic, on Redis's cl
   sets it to 0. A phantom therefore never holds another tenant back for longer than the list needs
   to move past where its last message was;
 - `G`: batch messages taken so far (every take of `chatq.batch`, counted or not: the one call the
-  take makes anyway, a script instead of a `DEL`).
+  take makes anyway, a script instead of a `DEL`);
+- `t:<tenant>`: when its count last moved (ms, Redis's clock). A count that has not moved for
+  `QUIET_MS` while the list is empty is a phantom too (every message sent before is gone), the
+  case `u:` misses when messages left the list without being taken (a purge, a deleted list).
 
 Sessions without a tenant and interactive turns are never counted: their sends and takes make the
 same Redis calls as before.
@@ -36,10 +39,12 @@ from redis import RedisError
 
 from worker.payload import BATCH_QUEUE
 
-__all__ = ["QUEUED_KEY", "QUEUE_SLACK", "count_sent", "drop_unsent", "take_from_batch", "waiting"]
+__all__ = ["QUEUED_KEY", "QUEUE_SLACK", "QUIET_MS", "count_sent", "drop_unsent", "take_from_batch", "waiting"]
 
 QUEUED_KEY = "chatq:fleet:queued"
 """The hash of each tenant's waiting batch messages (fields above)."""
+QUIET_MS = 2000
+"""A count that has not moved for this long while `chatq.batch` is empty is not believed."""
 QUEUE_SLACK = 128
 """Takes past a tenant's expected last one before its count is taken for a phantom: other senders'
 messages pushed between a marker and its send, and takes that were never counted, move the real
@@ -49,6 +54,8 @@ DAY_MS = 86_400_000
 # KEYS: the counts, the batch list, then one sent-marker per message. ARGV: marker TTL (s), then one tenant each.
 _COUNT_SENT = f"""
 local Q, L, ttl = KEYS[1], KEYS[2], tonumber(ARGV[1])
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local taken = tonumber(redis.call('HGET', Q, 'G') or '0')
 local ahead = redis.call('LLEN', L)
 for i = 3, #KEYS do
@@ -59,7 +66,7 @@ for i = 3, #KEYS do
   -- Set again (a sweep's re-send of a message still waiting): one marker, one take, counted once.
   if old ~= value then redis.call('HINCRBY', Q, 'c:' .. tenant, 1) end
   ahead = ahead + 1
-  redis.call('HSET', Q, 'u:' .. tenant, taken + ahead)
+  redis.call('HSET', Q, 'u:' .. tenant, taken + ahead, 't:' .. tenant, now)
 end
 redis.call('PEXPIRE', Q, {DAY_MS})
 return 1
@@ -71,8 +78,11 @@ local value = redis.call('GET', KEYS[2])
 if value then redis.call('DEL', KEYS[2]) end
 if ARGV[1] == '1' then redis.call('HINCRBY', KEYS[1], 'G', 1) end
 if value and string.sub(value, 1, 2) == 't:' then
-  local field = 'c:' .. string.sub(value, 3)
+  local tenant = string.sub(value, 3)
+  local clock = redis.call('TIME')
+  local field = 'c:' .. tenant
   if redis.call('HINCRBY', KEYS[1], field, -1) < 0 then redis.call('HSET', KEYS[1], field, 0) end
+  redis.call('HSET', KEYS[1], 't:' .. tenant, tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
 end
 redis.call('PEXPIRE', KEYS[1], {DAY_MS})
 return 1

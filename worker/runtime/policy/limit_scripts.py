@@ -6,10 +6,14 @@ The state they keep, per scope (a model at a base URL), is described in `worker.
 
 from __future__ import annotations
 
-__all__ = ["ACQUIRE", "BACKLOG_GRACE_MS", "INCREASE_RPM", "RELEASE", "THROTTLED"]
+__all__ = ["ACQUIRE", "BACKLOG_GRACE_MS", "GIVE_BACK", "INCREASE_RPM", "QUEUED_GRACE_MS", "RELEASE", "THROTTLED"]
 
 BACKLOG_GRACE_MS = 1000
 """A tenant counts as backlogged until this long after its line's last turn is due to come back."""
+QUEUED_GRACE_MS = 250
+"""A tenant backlogged only by its turns waiting in the queue stays so this long after an ask last saw
+them there: every ask while the threads are the bottleneck sees them again, and once they are all
+taken its other tenants stop yielding to it soon (its turns that wait are then in its line)."""
 
 INCREASE_RPM = 0.3
 """Additive increase of the adaptive rate per success (requests per minute): about 5% per 10 s at any rate."""
@@ -21,15 +25,29 @@ local function n(v, d) if v then return tonumber(v) end return d end
 local function eff(c, a) if c > 0 and a > 0 then return math.min(c, a) end return math.max(c, a) end
 """
 
-# KEYS: hash, slots, interactive waiters, sent log, tenants' shares, backlogged tenants.
-# ARGV: member, interactive, cfg rpm, cfg tpm, cfg concurrency, token hint, lease ms, burst ms, tenant, weight.
+# KEYS: hash, slots, interactive waiters, sent log, tenants' shares, backlogged tenants; for a scope
+# that counts the tenants whose turns wait in a queue (the workers' threads), that queue's counts
+# (`worker.tenant_queue`) and the queue's list.
+# ARGV: member, interactive, cfg rpm, cfg tpm, cfg concurrency, token hint, lease ms, burst ms, tenant, weight,
+# pool ('1': the concurrency is the workers' own threads, which never lets more run: pace and share,
+# never refuse for it), queue slack (takes), the weights (`tenant=w,...,*=w`; '': each as last seen),
+# the queue's quiet time (ms).
 ACQUIRE = (
     _PRELUDE
-    + f"local BACKLOG_GRACE = {BACKLOG_GRACE_MS}\n"
+    + f"local BACKLOG_GRACE, QUEUED_GRACE = {BACKLOG_GRACE_MS}, {QUEUED_GRACE_MS}\n"
     + """
-local H, S, W, R, F, B = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local H, S, W, R, F, B, Q, L = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local member, interactive, lease = ARGV[1], ARGV[2] == '1', tonumber(ARGV[7])
-local tenant, weight = ARGV[9], tonumber(ARGV[10])
+local tenant, weight, pool, slack = ARGV[9], tonumber(ARGV[10]), ARGV[11] == '1', tonumber(ARGV[12] or '0')
+local quiet = tonumber(ARGV[14] or '0')
+-- Another tenant's weight: the configured one where the asker knows the table (a tenant whose turns
+-- only wait in the queue has never said its own), else the one it last asked with.
+local table_w, default_w = {}, nil
+for entry in string.gmatch(ARGV[13] or '', '[^,]+') do
+  local name, value = string.match(entry, '^(.*)=([^=]*)$')
+  if name == '*' then default_w = tonumber(value) elseif name then table_w[name] = tonumber(value) end
+end
+local function weight_of(other, stored) return table_w[other] or default_w or n(stored, 1) end
 local f = redis.call('HMGET', H, 'r_tat', 't_tat', 'b_next', 'a_rpm', 'a_tpm', 'a_conc', 'avg_ms', 'est', 'hold')
 local r_tat, t_tat, hold = n(f[1], 0), n(f[2], 0), n(f[9], 0)
 local rpm, tpm = eff(tonumber(ARGV[3]), n(f[4], 0)), eff(tonumber(ARGV[4]), n(f[5], 0))
@@ -52,7 +70,7 @@ if conc > 0 then
   -- Slots free about `conc` per `avg`, full or not: a turn put back (a fair-share yield too) is
   -- spaced that far, or it would come back after a millisecond and only churn.
   step = avg / conc
-  if held >= conc then wait, reason = step, 'concurrency' end
+  if held >= conc and not pool then wait, reason = step, 'concurrency' end
 end
 local r_new, t_new = r_tat, t_tat
 if rpm > 0 then
@@ -88,6 +106,7 @@ if rpm > 0 or tpm > 0 or conc > 0 then
   redis.call('ZREMRANGEBYSCORE', B, '-inf', now)
   mine = redis.call('ZSCORE', B, me)
   vt = n(redis.call('HGET', F, cls .. 'v:' .. tenant), 0)
+  local vts, weights, ends = {}, {}, {}
   local lines = redis.call('ZRANGE', B, 0, -1, 'WITHSCORES')
   for i = 1, #lines, 2 do
     local other = lines[i]
@@ -95,12 +114,65 @@ if rpm > 0 or tpm > 0 or conc > 0 then
     if other ~= me and theirs == interactive then
       local name = theirs and string.sub(other, 3) or other
       local g = redis.call('HMGET', F, cls .. 'v:' .. name, 'w:' .. name)
-      local v = n(g[1], 0)
-      if vmin == nil or v < vmin then vmin = v end
-      others[#others + 1] = {tonumber(lines[i + 1]) - BACKLOG_GRACE, n(g[2], 1)}
+      vts[name], weights[name] = n(g[1], 0), weight_of(name, g[2])
+      ends[name] = tonumber(lines[i + 1]) - BACKLOG_GRACE
+      if vmin == nil or vts[name] < vmin then vmin = vts[name] end
     end
   end
   if not mine and vmin ~= nil and vt < vmin then vt = vmin end
+  -- Tenants whose batch turns wait in the queue, not taken yet (the list is one FIFO: their first turn
+  -- may sit behind thousands of another's), are backlogged too. One not in line yet joins it now
+  -- at the least virtual time there (nothing banked while idle, nothing owed either), and stays
+  -- while its count holds. A count the queue has moved past (more taken since its last message
+  -- was sent than were ahead of it) is a phantom: set to 0, never believed.
+  local queued, length = {}, 0
+  if Q and not interactive then length = redis.call('LLEN', L) end
+  if Q and not interactive and length == 0 then
+    -- Nothing waits: a count that has not moved for a while outlived its messages (purged, lost).
+    local counts = redis.call('HGETALL', Q)
+    local fields = {}
+    for i = 1, #counts, 2 do fields[counts[i]] = counts[i + 1] end
+    for name, value in pairs(fields) do
+      if string.sub(name, 1, 2) == 'c:' and tonumber(value) > 0 then
+        if now - n(fields['t:' .. string.sub(name, 3)], 0) > quiet then redis.call('HSET', Q, name, 0) end
+      end
+    end
+  end
+  if length > 0 then
+    local counts = redis.call('HGETALL', Q)
+    local fields = {}
+    for i = 1, #counts, 2 do fields[counts[i]] = counts[i + 1] end
+    local taken = n(fields['G'], 0)
+    for name, value in pairs(fields) do
+      if string.sub(name, 1, 2) == 'c:' and tonumber(value) > 0 then
+        local other = string.sub(name, 3)
+        if taken > n(fields['u:' .. other], 0) + slack then
+          redis.call('HSET', Q, name, 0)
+        elseif other ~= tenant then
+          queued[other] = math.min(tonumber(value), length)
+        end
+      end
+    end
+  end
+  local total = weight
+  for other, count in pairs(queued) do
+    if vts[other] == nil then
+      local start = vt
+      if vmin ~= nil and vmin < start then start = vmin end
+      vts[other], weights[other], ends[other] = start, weight_of(other, redis.call('HGET', F, 'w:' .. other)), now
+      redis.call('HSET', F, cls .. 'v:' .. other, start)
+    end
+    redis.call('ZADD', B, 'GT', now + QUEUED_GRACE, other)
+  end
+  for other, v in pairs(vts) do
+    if vmin == nil or v < vmin then vmin = v end
+    total = total + weights[other]
+  end
+  for other, v in pairs(vts) do
+    -- A waiting tenant's line runs until its queued turns have had its part of the rate.
+    if queued[other] then ends[other] = math.max(ends[other], now + queued[other] * step * total / weights[other]) end
+    others[#others + 1] = {ends[other], weights[other]}
+  end
   if wait <= 0 and vmin ~= nil and vt > vmin + 1e-9 then
     wait, reason = step, 'fair_share'
     redis.call('HINCRBY', F, 'd:' .. tenant, 1)
@@ -190,10 +262,21 @@ redis.call('HINCRBY', F, 'g:' .. tenant, 1)
 redis.call('ZADD', S, now + lease, member)
 redis.call('ZADD', R, now, member .. ':' .. now)
 redis.call('ZREMRANGEBYSCORE', R, '-inf', now - 10000)
-for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, 86400000) end
+-- The scope's own keys only: never the queue's list (KEYS[8]), nor its counts (kept by worker.tenant_queue).
+for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], 86400000) end
 return {1, 0, '', held + 1, est}
 """
 )
+
+# KEYS: slots, tenants' shares. ARGV: member, tenant, weight.
+# A slot given back unused (the turn could not run after all): the grant is undone, its virtual time too.
+GIVE_BACK = """
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+  redis.call('HINCRBYFLOAT', KEYS[2], 'v:' .. ARGV[2], -1 / tonumber(ARGV[3]))
+  redis.call('HINCRBY', KEYS[2], 'g:' .. ARGV[2], -1)
+end
+return 1
+"""
 
 # KEYS: hash, slots, sent log. ARGV: member, outcome (ok|other), ms, estimate, tokens, cfg tpm.
 RELEASE = (

@@ -46,17 +46,22 @@ from typing import Any
 
 import redis
 
-from chatq.tenant_weights import NO_TENANT
-from worker.runtime.policy.limit_scripts import ACQUIRE, RELEASE, THROTTLED
+from chatq.tenant_weights import ANY_TENANT, NO_TENANT, TenantWeights
+from worker.payload import BATCH_QUEUE
+from worker.runtime.policy.limit_scripts import ACQUIRE, GIVE_BACK, RELEASE, THROTTLED
+from worker.tenant_queue import QUEUE_SLACK, QUEUED_KEY, QUIET_MS
 
 __all__ = [
     "BETA",
     "BURST_MS",
+    "THREADS_SCOPE_KEY",
     "Grant",
     "LimitState",
     "Scope",
     "TenantShare",
     "acquire",
+    "encode_weights",
+    "give_back",
     "held_back",
     "known_scopes",
     "mark_held",
@@ -71,6 +76,8 @@ BURST_MS = 500
 """Tolerance of the rate buckets: at most half a second's worth of requests leave together."""
 BETA = 0.85
 """Multiplicative decrease of the adaptive limit on a 429 the service gave no limit for."""
+THREADS_SCOPE_KEY = "threads@fleet"
+"""The workers' threads' scope (`worker.runtime.policy.threads`): not a model's, so not in `slots_by_tenant`."""
 HELD_KEY = "chatq:limits:held"
 """Hash of model -> JSON `{"reason", "until"}`: which models are holding turns back now (`chatq batch`)."""
 
@@ -89,6 +96,11 @@ class Scope:
     """Configured tokens per minute (0: none)."""
     max_concurrent: int = 0
     """Configured requests in flight (0: none)."""
+    pool: bool = False
+    """The scope is the workers' threads (`worker.runtime.policy.threads`): `max_concurrent` is the
+    fleet's thread count, which the threads hold by themselves, so it paces and shares but never
+    refuses for concurrency; and tenants whose batch turns wait in `chatq.batch`, not taken yet
+    (`worker.tenant_queue`), count as backlogged."""
 
     def keys(self) -> tuple[str, str, str, str]:
         """Its state hash, slot set, interactive waiters and sent log."""
@@ -177,14 +189,17 @@ def acquire(
     lease_seconds: float,
     tenant: str = NO_TENANT,
     weight: float = 1.0,
+    weights: str = "",
 ) -> Grant:
     """Take a slot for `member` (a turn id) if the scope's limits allow it now, else say when to ask again.
 
     A batch turn's `tenant` and its `weight` (`CHATQ_TENANT_WEIGHTS`) decide its share while other
-    tenants' turns wait for the same limit."""
-    _seen.setdefault(scope.key, scope)
+    tenants' turns wait for the same limit. `weights` (`tenant=w,...,*=w`, `encode_weights`): every
+    tenant's, for those the scope has not heard from yet (a pool's tenants waiting in the queue)."""
+    _seen[scope.key] = scope  # the newest (a pool's thread count changes)
+    queue = [QUEUED_KEY, BATCH_QUEUE] if scope.pool else []
     reply = _script(client, "acquire", ACQUIRE)(
-        keys=[*scope.keys(), *scope.share_keys()],
+        keys=[*scope.keys(), *scope.share_keys(), *queue],
         args=[
             member,
             "1" if interactive else "0",
@@ -196,6 +211,10 @@ def acquire(
             BURST_MS,
             tenant or NO_TENANT,
             weight,
+            "1" if scope.pool else "0",
+            QUEUE_SLACK,
+            weights,
+            QUIET_MS,
         ],
     )
     granted, wait_ms, reason, in_flight, estimate = reply
@@ -208,6 +227,12 @@ def acquire(
     )
 
 
+def encode_weights(weights: TenantWeights) -> str:
+    """`CHATQ_TENANT_WEIGHTS` as `acquire` passes it to the script."""
+    named = [f"{tenant}={weight!r}" for tenant, weight in weights.weights]
+    return ",".join([*named, f"{ANY_TENANT}={weights.default!r}"])
+
+
 def release(
     client: redis.Redis, scope: Scope, member: str, *, succeeded: bool, seconds: float, estimate: int, tokens: int
 ) -> None:
@@ -217,6 +242,13 @@ def release(
         keys=[hash_key, slots, sent],
         args=[member, "ok" if succeeded else "other", int(seconds * 1000), estimate, max(tokens, 0), scope.tpm],
     )
+
+
+def give_back(client: redis.Redis, scope: Scope, member: str, *, tenant: str, weight: float) -> None:
+    """Give back a slot the turn did not use (it could not run after all): its grant and virtual time are undone."""
+    _, slots, _, _ = scope.keys()
+    share_hash, _ = scope.share_keys()
+    _script(client, "give_back", GIVE_BACK)(keys=[slots, share_hash], args=[member, tenant or NO_TENANT, weight])
 
 
 def throttled(
@@ -284,9 +316,15 @@ def shares(client: redis.Redis, scope: Scope) -> list[TenantShare]:
 
 
 def slots_by_tenant(client: redis.Redis) -> dict[str, int]:
-    """Slots each tenant's turns were given under every model's limits kept in Redis now (`chatq usage`)."""
+    """Slots each tenant's turns were given under every model's limits kept in Redis now (`chatq usage`).
+
+    Not the workers' threads' (every batch turn of a tenant takes one there: counted beside a
+    model's slot, a turn would count twice; the metrics show them under `threads`)."""
     totals: dict[str, int] = {}
+    threads = f"chatq:limits:{THREADS_SCOPE_KEY}:shares"
     for key in client.scan_iter(match="chatq:limits:*:shares", count=500):
+        if _text(key) == threads:
+            continue
         for field, value in (client.hgetall(key) or {}).items():
             name = _text(field)
             if name.startswith("g:"):

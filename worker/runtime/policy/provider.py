@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from chatq.masking import mask_secrets
@@ -29,7 +29,7 @@ from worker.events import EventType, TurnEvents
 from worker.payload import INTERACTIVE_QUEUE
 from worker.runtime.observers import hook_points, hooks
 from worker.runtime.observers.hooks import Facts
-from worker.runtime.policy import limits
+from worker.runtime.policy import limits, threads
 from worker.runtime.policy.retry import RetryDecision
 from worker.storable import is_outage
 from worker.store import claims
@@ -56,6 +56,7 @@ _REASONS = {
     "tpm": "the model's token rate limit is reached",
     "interactive": "an interactive turn goes first",
     "fair_share": "the tenant has had its share of the model's capacity while other tenants wait",
+    "fair_share:threads": "the tenant has had its share of the workers' threads while other tenants wait",
     "rate_limited": "the model service is rate limiting requests (HTTP 429)",
     "overloaded": "the model service is overloaded",
     "unreachable": "the model service cannot be reached",
@@ -73,6 +74,8 @@ class Admission:
     """The limiter's answer (None when not limited)."""
     started: float
     """`time.monotonic()` when the slot was taken."""
+    pool: threads.PoolSlot | None = None
+    """The thread slot a tenant's batch turn holds beside its model's (`worker.runtime.policy.threads`)."""
 
     @property
     def waiting(self) -> bool:
@@ -101,7 +104,26 @@ _OPENAI = frozenset({"langgraph", "none", "plain_openai"})
 
 
 def admit(claim: claims.Claim, *, runtime: Runtime) -> Admission:
-    """Take a slot for the claimed turn under its model's limits (or learn that it must wait)."""
+    """Take a slot for the claimed turn under the workers' threads (a tenant's batch turn,
+    `worker.runtime.policy.threads`), then under its model's limits (or learn that it must wait)."""
+    pool = threads.admit(claim, runtime=runtime)
+    if pool is None:
+        return _admit_model(claim, runtime)
+    if not pool.grant.granted:
+        return Admission(scope=pool.scope, grant=pool.grant, started=pool.started)
+    try:
+        admission = _admit_model(claim, runtime)
+    except Exception:
+        threads.give_back(pool, claim, runtime=runtime)
+        raise
+    if admission.waiting:
+        # It waits for its model after all: the thread it was given is not used, nor counted.
+        threads.give_back(pool, claim, runtime=runtime)
+        return admission
+    return replace(admission, pool=pool)
+
+
+def _admit_model(claim: claims.Claim, runtime: Runtime) -> Admission:
     scope = scope_of(claim, runtime.settings)
     if scope is None:
         return Admission(scope=None, grant=None, started=time.monotonic())
@@ -128,7 +150,9 @@ def admit(claim: claims.Claim, *, runtime: Runtime) -> Admission:
 
 
 def finish(admission: Admission, claim: claims.Claim, *, succeeded: bool, tokens: int, runtime: Runtime) -> None:
-    """Give the slot back (best effort: it lapses on its own otherwise)."""
+    """Give the slots back (best effort: they lapse on their own otherwise)."""
+    if admission.pool is not None:
+        threads.finish(admission.pool, claim, succeeded=succeeded, runtime=runtime)
     if admission.scope is None or admission.grant is None or not admission.grant.granted:
         return
     try:
@@ -233,7 +257,7 @@ def _announce(
 ) -> None:
     """The `retry` event with `waiting`, the `retried` hook, and the note `chatq batch` shows."""
     until = time.time() + decision.delay
-    why = _REASONS.get(reason, reason)
+    why = _REASONS.get(f"{reason}:{model}", _REASONS.get(reason, reason))
     if events is None:
         events = TurnEvents.resume(
             session_id=claim.session.id,
@@ -248,7 +272,8 @@ def _announce(
         waiting={"reason": reason, "until": round(until, 3)},
     )
     try:
-        limits.mark_held(runtime.redis, model, reason, until)
+        if model != threads.THREADS_MODEL:  # the threads hold back no model (`chatq batch`'s note)
+            limits.mark_held(runtime.redis, model, reason, until)
     except Exception as exc:
         log.debug("could not note the hold: %s", exc)
     runtime.hooks.retried(

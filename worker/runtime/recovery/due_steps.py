@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from worker.runtime.policy.threads import refresh_fleet_threads
 from worker.runtime.recovery.due_turns import release_due_turns
 from worker.runtime.recovery.schedule_firing import fire_schedules
 
@@ -23,6 +24,7 @@ DueStep = Callable[["Runtime"], int]
 """A due step: fires what is due on the runtime's connections; returns how many it fired."""
 
 DUE_STEPS: tuple[DueStep, ...] = (
+    refresh_fleet_threads,  # this worker's threads in the fleet's count (the threads' fair share)
     release_due_turns,  # delayed turns (`submit_turn(run_at=..., delay=...)`)
     fire_schedules,  # schedules' ticks (`create_schedule`)
 )

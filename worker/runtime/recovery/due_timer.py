@@ -21,6 +21,7 @@ from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 
 from chatq.masking import mask_secrets
 from worker.runtime.delivery.process import Runtime, current_runtime
+from worker.runtime.policy import threads
 from worker.runtime.recovery.due_steps import DUE_STEPS, DueStep
 from worker.runtime.recovery.periodic import PeriodicThread
 
@@ -83,9 +84,14 @@ def stop_due_timer(*, wait: bool) -> None:
 
 
 @worker_ready.connect
-def _start_firing(**_: Any) -> None:
+def _start_firing(sender: Any = None, **_: Any) -> None:
     try:
-        start_due_timer(current_runtime())
+        runtime = current_runtime()
+        # This process's threads count in the fleet's from the timer's first round (its first step).
+        controller = getattr(sender, "controller", None)
+        pool = getattr(controller, "concurrency", None) or runtime.settings.worker_concurrency
+        threads.join_fleet(str(getattr(sender, "hostname", None) or "worker"), int(pool))
+        start_due_timer(runtime)
     except Exception as exc:  # the worker still runs turns; only its own due rounds are missing
         log.warning("could not start the due timer: %s", mask_secrets(str(exc)))
 
@@ -94,6 +100,10 @@ def _start_firing(**_: Any) -> None:
 def _stop_firing(**_: Any) -> None:
     # Dispatched on the chatq-stop thread (worker/ops/stopping.py): ask and return at once.
     stop_due_timer(wait=False)
+    try:
+        threads.leave_fleet(current_runtime().redis)  # the others stop counting this worker's threads now
+    except Exception as exc:  # its entry expires by itself
+        log.debug("could not leave the fleet's threads: %s", exc)
 
 
 @worker_shutdown.connect
