@@ -16,7 +16,14 @@ Variants, each on fresh services in the same run:
   chatq before fair share);
 - `budget` (its own shape): tenant `e` submits `--e-turns` (200) batch turns at once to the two workers
   under `CHATQ_TENANT_BUDGETS=e=<--budget>usd/day` (0.0005: about 50 of the stub's turns); the figure
-  is what it spent beyond the budget in units of its largest turn's price (<= 1).
+  is what it spent beyond the budget in units of its largest turn's price (<= 1);
+- `threads` and `threads_baseline` (their own shape): no model limit at all, the stub answering after
+  `--latency` (0.25 s here), so the workers' 16 threads are the bottleneck. `a` floods `--a-turns`
+  (1,500) batch turns, `b` and `c` submit `--bc-turns` (150) each `--delay` (5) seconds later, weights
+  1:1:2; no `d`. Figures over the same window: `b`'s and `c`'s share against their weighted share,
+  Jain's index, and the threads used (turns finished per second x the mean turn, `started` event to
+  end, / 16). `threads_baseline` is the same run on sessions without a tenant (one FIFO, first come
+  first served). `CHATQ_BENCH_FAIRNESS_SMOKE=1` shrinks every shape to a quick check that it runs.
 
 Figures, over the window in which `a`, `b` and `c` all have turns waiting (from `b`'s and `c`'s submit
 to the first of them finishing): turns finished per tenant against its weighted share of all started
@@ -46,6 +53,16 @@ from bench.provider_limits import WARMUP_MODEL, LimitedStub
 MODEL = "gpt-4o-mini"
 WEIGHTS = {"a": 1.0, "b": 1.0, "c": 2.0}
 VARIANTS = ("tenants", "baseline")
+THREAD_VARIANTS = ("threads", "threads_baseline")
+THREADS = 16
+"""Two `chatq worker` processes of 8 threads."""
+SHAPES: dict[str, dict[str, Any]] = {
+    "rate": {"a_turns": 3000, "bc_turns": 300, "rpm": 600.0, "latency": 0.3, "delay": 10.0, "d_every": 1.0},
+    "threads": {"a_turns": 1500, "bc_turns": 150, "latency": 0.25, "delay": 5.0},
+}
+"""Each kind of variant's default shape (the command line's options override it)."""
+SMOKE = {"a_turns": 120, "bc_turns": 20, "delay": 1.0, "e_turns": 20}
+"""`CHATQ_BENCH_FAIRNESS_SMOKE=1`: small enough to check in a minute that a variant runs."""
 
 
 def run_variant(
@@ -115,6 +132,143 @@ def run_variant(
         a_turns=a_turns,
         bc_turns=bc_turns,
     )
+
+
+def run_threads(variant: str, *, a_turns: int, bc_turns: int, latency: float, delay: float) -> dict[str, Any]:
+    """The workers' threads as the bottleneck (no model limit): one run on fresh services; its figures."""
+    from worker.producer import create_session, submit_turn
+
+    tenants = variant == "threads"
+    with isolated_services(f"fairness_{variant}") as services, LimitedStub(rpm=0, latency=latency) as stub:
+        stub.start()
+        use_stub(stub.base_url)
+        env = {
+            **services,
+            "OPENAI_BASE_URL": stub.base_url,
+            "CHATQ_TENANT_WEIGHTS": ",".join(f"{t}={w:g}" for t, w in WEIGHTS.items()),
+        }
+        workers = [chatq_worker(concurrency=THREADS // 2, env=env, name=f"threads{i}") for i in range(2)]
+        tenant_of: dict[uuid.UUID, str] = {}
+
+        def submit(names: str, count: int) -> None:
+            for i in range(count):
+                for tenant in names:  # b's and c's turns interleaved: they arrive together
+                    session = create_session(framework="none", model=MODEL, tenant=tenant if tenants else None)
+                    tenant_of[submit_turn(session, f"{tenant} turn {i}", queue="chatq.batch").turn_id] = tenant
+
+        try:
+            for worker in workers:
+                worker.start()
+            run_warmup(None, [WARMUP_MODEL], turns_each=6)
+            time.sleep(2.0)  # both workers registered their threads (every CHATQ_DUE_INTERVAL)
+            started = time.time()
+            submit("a", a_turns)
+            log(f"fairness: a's {a_turns} turns submitted in {time.time() - started:.1f} s")
+            time.sleep(delay)
+            submit("bc", bc_turns)
+            joined = time.time()
+            deadline = time.monotonic() + (a_turns + 2 * bc_turns) * latency / THREADS * 3 + 120
+            while time.monotonic() < deadline and not _all_finished(list(tenant_of)):
+                time.sleep(0.2)
+            rows = _rows(list(tenant_of))
+            starts = {r.id: _wait_for_start(r.id, 0.0) for r in rows if r.finished_at is not None}
+        finally:
+            for worker in workers:
+                worker.stop()
+    return _thread_figures(variant, rows, tenant_of, starts, joined=joined, a_turns=a_turns, bc_turns=bc_turns)
+
+
+def _thread_figures(
+    variant: str,
+    rows: list[Any],
+    tenant_of: dict[uuid.UUID, str],
+    starts: dict[uuid.UUID, float],
+    *,
+    joined: float,
+    a_turns: int,
+    bc_turns: int,
+) -> dict[str, Any]:
+    finished: dict[str, list[float]] = {tenant: [] for tenant in "abc"}
+    for row in rows:
+        if row.finished_at is not None:
+            finished[tenant_of[row.id]].append(row.finished_at.timestamp())
+    # The window in which a, b and c all have turns waiting: from b's and c's submit to the first
+    # of the three finishing its last turn.
+    end = min(max(finished[t], default=joined) for t in "abc")
+    window = max(end - joined, 1e-9)
+    got = {t: sum(1 for at in finished[t] if joined <= at < end) for t in "abc"}
+    total = sum(got.values())
+    expected = {t: total * WEIGHTS[t] / sum(WEIGHTS.values()) for t in got}
+    normalised = [got[t] / WEIGHTS[t] for t in got]
+    jain = sum(normalised) ** 2 / (len(normalised) * sum(v * v for v in normalised)) if total else float("nan")
+    # A turn's time on its thread: its `started` event (published once it may run) to its end.
+    spans = [
+        row.finished_at.timestamp() - starts[row.id]
+        for row in rows
+        if row.finished_at is not None and not math.isnan(starts.get(row.id, float("nan")))
+    ]
+    mean_turn = statistics.mean(spans) if spans else float("nan")
+    return {
+        "variant": variant,
+        "turns": {"a": a_turns, "b": bc_turns, "c": bc_turns},
+        "succeeded": sum(1 for row in rows if row.status.value == "succeeded"),
+        "failed": sum(1 for row in rows if row.status.value == "failed"),
+        "unfinished": sum(1 for row in rows if row.finished_at is None),
+        "window": window,
+        "finished_span_from_join": {
+            t: [round(min(v) - joined, 2), round(max(v) - joined, 2)] for t, v in finished.items() if v
+        },
+        "finished_in_window": got,
+        "share_vs_weighted": {t: got[t] / expected[t] if expected[t] else float("nan") for t in got},
+        "jain": jain,
+        "mean_turn": mean_turn,
+        "threads_used": total / window * mean_turn / THREADS,
+    }
+
+
+def thread_blocks(r: dict[str, Any]) -> list[Block]:
+    """A threads variant's figures against the issue's targets (the baseline's for comparison)."""
+    name, fair = f"fairness.{r['variant']}", r["variant"] == "threads"
+    details = {k: v for k, v in r.items() if k != "variant"}
+    out = [
+        Block(
+            name=f"{name}.share_{tenant}",
+            target=f"{tenant}'s turns finished while backlogged >= 0.95 of its weighted share of the threads",
+            figure=r["share_vs_weighted"][tenant],
+            baseline=1.0,
+            unit="x share",
+            limit=0.95 if fair else None,
+            baseline_label="its weighted share",
+            higher_is_better=True,
+            details=details if tenant == "b" else {},
+        )
+        for tenant in ("b", "c")
+    ]
+    out.append(
+        Block(
+            name=f"{name}.jain",
+            target="Jain index of the shares over the weights >= 0.95",
+            figure=r["jain"],
+            baseline=1.0,
+            unit="index",
+            limit=0.95 if fair else None,
+            baseline_label="perfectly fair",
+            higher_is_better=True,
+        )
+    )
+    out.append(
+        Block(
+            name=f"{name}.threads_used",
+            target="threads busy while backlogged (finished per second x mean turn / threads) >= 0.9",
+            figure=r["threads_used"],
+            baseline=1.0,
+            unit="x threads",
+            limit=0.9,
+            baseline_label="every thread",
+            higher_is_better=True,
+        )
+    )
+    return out
 
 
 PRICES = {"models": {MODEL: {"prompt": 0.15, "completion": 0.6}}, "currency": "USD"}
@@ -289,6 +443,9 @@ def blocks(results: list[dict[str, Any]]) -> list[Block]:
     """Each variant's figures against the issue's targets; the baseline's for comparison."""
     out: list[Block] = []
     for r in results:
+        if r["variant"] in THREAD_VARIANTS:
+            out.extend(thread_blocks(r))
+            continue
         if r["variant"] == "budget":
             out.append(
                 Block(
@@ -386,7 +543,9 @@ def run_apart(variant: str, **options: Any) -> dict[str, Any]:
         out = os.path.join(folder, "result.json")
         command = [sys.executable, "-m", "bench.fairness", "--variants", variant, "--json", out]
         if variant == "budget":  # its own shape: one tenant under a budget
-            options = {key: value for key, value in options.items() if key in ("rpm", "latency")}
+            options = {key: value for key, value in options.items() if key in ("rpm", "latency", "e_turns")}
+        elif variant in THREAD_VARIANTS:  # no limit: no rpm, no interactive d
+            options = {key: value for key, value in options.items() if key not in ("rpm", "d_every", "e_turns")}
         for name, value in options.items():
             command += [f"--{name.replace('_', '-')}", str(value)]
         subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
@@ -397,24 +556,30 @@ def run_apart(variant: str, **options: Any) -> dict[str, Any]:
 def run(quick: bool = False) -> list[Block]:
     """The benchmark framework's entry (`python -m bench fairness`)."""
     shape = {"a_turns": 600, "bc_turns": 100, "rpm": 1200.0} if quick else {}
-    return blocks([run_apart(variant, **shape) for variant in (*VARIANTS, "budget")])
+    results = [run_apart(variant, **shape) for variant in (*VARIANTS, "budget")]
+    threads = {"a_turns": 600, "bc_turns": 60} if quick else {}
+    return blocks(results + [run_apart(variant, **threads) for variant in THREAD_VARIANTS])
 
 
 def main(argv: list[str] | None = None) -> int:
+    everything = (*VARIANTS, "budget", *THREAD_VARIANTS)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--a-turns", type=int, default=3000)
-    parser.add_argument("--bc-turns", type=int, default=300)
-    parser.add_argument("--rpm", type=float, default=600.0)
-    parser.add_argument("--latency", type=float, default=0.3, help="the stub's seconds before the first byte")
-    parser.add_argument("--delay", type=float, default=10.0, help="seconds between a's flood and b's and c's")
-    parser.add_argument("--d-every", type=float, default=1.0, help="seconds between d's interactive turns")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join((*VARIANTS, 'budget'))}")
+    parser.add_argument("--a-turns", type=int, default=None, help="a's turns (3000; threads variants 1500)")
+    parser.add_argument("--bc-turns", type=int, default=None, help="b's and c's each (300; threads variants 150)")
+    parser.add_argument("--rpm", type=float, default=None, help="the model's limit (600)")
+    parser.add_argument(
+        "--latency", type=float, default=None, help="the stub's seconds before the first byte (0.3; 0.25)"
+    )
+    parser.add_argument("--delay", type=float, default=None, help="seconds between a's flood and b's and c's (10; 5)")
+    parser.add_argument("--d-every", type=float, default=None, help="seconds between d's interactive turns (1)")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(everything)}")
     parser.add_argument("--e-turns", type=int, default=200, help="the budget variant's turns")
     parser.add_argument("--budget", type=float, default=0.0005, help="the budget variant's USD a day")
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    options = {
+    smoke = SMOKE if os.environ.get("CHATQ_BENCH_FAIRNESS_SMOKE") == "1" else {}
+    given = {
         "a_turns": args.a_turns,
         "bc_turns": args.bc_turns,
         "rpm": args.rpm,
@@ -422,22 +587,26 @@ def main(argv: list[str] | None = None) -> int:
         "delay": args.delay,
         "d_every": args.d_every,
     }
+    e_turns = int(smoke.get("e_turns", args.e_turns))
     results = []
     for variant in variants:
-        shape_text = (
-            f"e {args.e_turns} under ${args.budget:g}"
-            if variant == "budget"
-            else (f"a {args.a_turns} + b, c {args.bc_turns} each")
-        )
-        log(f"fairness: {variant}, {shape_text} at {args.rpm:g} rpm")
+        kind = "threads" if variant in THREAD_VARIANTS else "rate"
+        shape = {**SHAPES[kind], **{k: v for k, v in smoke.items() if k in SHAPES[kind]}}
+        options = {**shape, **{k: v for k, v in given.items() if v is not None and k in shape}}
         if variant == "budget":
-            shape = {"rpm": args.rpm, "latency": args.latency}
+            log(f"fairness: budget, e {e_turns} under ${args.budget:g} at {options['rpm']:g} rpm")
+            budget_shape = {"rpm": options["rpm"], "latency": options["latency"]}
             result = (
-                run_apart(variant, **shape)
+                run_apart(variant, **budget_shape, e_turns=e_turns)
                 if len(variants) > 1
-                else run_budget(turns=args.e_turns, budget_usd=args.budget, **shape)
+                else run_budget(turns=e_turns, budget_usd=args.budget, **budget_shape)
             )
+        elif kind == "threads":
+            log(f"fairness: {variant}, a {options['a_turns']} + b, c {options['bc_turns']} each, no model limit")
+            result = run_apart(variant, **options) if len(variants) > 1 else run_threads(variant, **options)
         else:
+            shape_text = f"a {options['a_turns']} + b, c {options['bc_turns']} each"
+            log(f"fairness: {variant}, {shape_text} at {options['rpm']:g} rpm")
             result = run_apart(variant, **options) if len(variants) > 1 else run_variant(variant, **options)
         log(json.dumps(result))
         results.append(result)
