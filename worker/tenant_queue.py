@@ -22,7 +22,9 @@ One hash, `chatq:fleet:queued`, kept by the scripts below (atomic, on Redis's cl
   take makes anyway, a script instead of a `DEL`);
 - `t:<tenant>`: when its count last moved (ms, Redis's clock). A count that has not moved for
   `QUIET_MS` while the list is empty is a phantom too (every message sent before is gone), the
-  case `u:` misses when messages left the list without being taken (a purge, a deleted list).
+  case `u:` misses when messages left the list without being taken (a purge, a deleted list); so
+  is one of a tenant that has no batch turn `queued` in Postgres at all, which every sweep checks
+  (`forget_idle`: sessions deleted, turns cancelled).
 
 Sessions without a tenant and interactive turns are never counted: their sends and takes make the
 same Redis calls as before.
@@ -39,7 +41,16 @@ from redis import RedisError
 
 from worker.payload import BATCH_QUEUE
 
-__all__ = ["QUEUED_KEY", "QUEUE_SLACK", "QUIET_MS", "count_sent", "drop_unsent", "take_from_batch", "waiting"]
+__all__ = [
+    "QUEUED_KEY",
+    "QUEUE_SLACK",
+    "QUIET_MS",
+    "count_sent",
+    "drop_unsent",
+    "forget_idle",
+    "take_from_batch",
+    "waiting",
+]
 
 QUEUED_KEY = "chatq:fleet:queued"
 """The hash of each tenant's waiting batch messages (fields above)."""
@@ -88,6 +99,26 @@ redis.call('PEXPIRE', KEYS[1], {DAY_MS})
 return 1
 """
 
+# KEYS: the counts. ARGV: quiet ms, then the tenants that have batch turns queued in Postgres.
+_FORGET_IDLE = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local busy, dropped = {}, 0
+for i = 2, #ARGV do busy[ARGV[i]] = true end
+local counts = redis.call('HGETALL', KEYS[1])
+local fields = {}
+for i = 1, #counts, 2 do fields[counts[i]] = counts[i + 1] end
+for name, value in pairs(fields) do
+  local tenant = string.sub(name, 3)
+  if string.sub(name, 1, 2) == 'c:' and tonumber(value) > 0 and not busy[tenant]
+      and now - tonumber(fields['t:' .. tenant] or '0') > tonumber(ARGV[1]) then
+    redis.call('HSET', KEYS[1], name, 0)
+    dropped = dropped + 1
+  end
+end
+return dropped
+"""
+
 _scripts: dict[str, tuple[Any, Any]] = {}
 
 
@@ -121,6 +152,12 @@ def drop_unsent(client: redis.Redis, markers: list[str]) -> None:
         for marker in markers:
             _script(client, "uncount", _UNCOUNT)(keys=[QUEUED_KEY, marker], args=["0"], client=pipe)
         pipe.execute()
+
+
+def forget_idle(client: redis.Redis, queued: set[str]) -> int:
+    """The sweep's check against Postgres: the counts of tenants with no batch turn `queued` there
+    (`queued`: those that have one), not moved for `QUIET_MS`, are phantoms; set to 0. Returns how many."""
+    return int(_script(client, "forget_idle", _FORGET_IDLE)(keys=[QUEUED_KEY], args=[QUIET_MS, *sorted(queued)]))
 
 
 def waiting(client: redis.Redis) -> dict[str, int]:

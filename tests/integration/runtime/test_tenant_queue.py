@@ -6,13 +6,14 @@ from __future__ import annotations
 import pytest
 import redis
 
-from tests.support.inprocess import InProcessWorker
+from tests.support.inprocess import InProcessWorker, build_runtime
 from tests.support.turns import wait_for_turns
 from worker import tenant_queue
 from worker.events import get_redis
 from worker.markers import mark_taken, sent_marker, set_markers
 from worker.payload import BATCH_QUEUE
 from worker.producer import create_session, submit_turn
+from worker.runtime.recovery.sweeper import forget_idle_tenants
 
 
 @pytest.fixture
@@ -51,3 +52,13 @@ def test_a_worker_taking_the_turns_uncounts_them(client: redis.Redis, in_process
     rows = wait_for_turns(turns)
     assert {row.status.value for row in rows.values()} == {"succeeded"}
     assert tenant_queue.waiting(client) == {}
+
+
+def test_the_sweep_drops_the_counts_of_tenants_with_no_batch_turn_queued(client: redis.Redis) -> None:
+    busy = create_session(framework="none", model="echo", tenant="busy")
+    submit_turn(busy, "waits", queue=BATCH_QUEUE)  # queued in Postgres: its count stands
+    set_markers(client, ["g1", "g2"], {"g1": "gone", "g2": "gone"})  # their sessions were deleted since
+    set_markers(client, ["f1"], {"f1": "fresh"})  # just sent: its turn may not be visible yet
+    client.hset(tenant_queue.QUEUED_KEY, mapping={"t:busy": 0, "t:gone": 0})  # quiet for long
+    assert forget_idle_tenants(build_runtime()) == 1
+    assert tenant_queue.waiting(client) == {"busy": 1, "fresh": 1}

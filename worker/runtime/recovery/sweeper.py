@@ -31,7 +31,7 @@ from chatq.masking import mask_secrets
 from chatq.settings import Settings
 from models.db import session_scope, unpooled_connection
 from models.tables import ChatMessage, ChatSession, Turn, TurnStatus
-from worker import unacked
+from worker import tenant_queue, unacked
 from worker.dispatch import send_next, send_turns
 from worker.markers import still_waiting
 from worker.runtime.intake import bindings
@@ -108,6 +108,7 @@ def sweep_once(runtime: Runtime) -> SweepReport:
     if resend:
         log.info("sweeper re-sent %d turn(s), %d after an expired lease", len(resend), len(expired))
     repaired = repair_terminal_events(runtime)
+    forget_idle_tenants(runtime)
     return SweepReport(
         resent=len(resend),
         expired_leases=len(expired),
@@ -116,6 +117,26 @@ def sweep_once(runtime: Runtime) -> SweepReport:
         timed_out=time_out_approvals(runtime),
         webhooks=resend_lost_deliveries(runtime),
     )
+
+
+_QUEUED_TENANTS = text(
+    """
+    SELECT DISTINCT s.tenant FROM turns t JOIN chat_sessions s ON s.id = t.session_id
+    WHERE t.status = 'queued' AND t.queue = 'chatq.batch' AND s.tenant IS NOT NULL
+    """
+)
+
+
+def forget_idle_tenants(runtime: Runtime) -> int:
+    """Drift bound of the tenants' waiting batch messages (`worker.tenant_queue`): the count of a tenant
+    with no batch turn queued in Postgres is set to 0; returns how many."""
+    try:
+        with session_scope(runtime.engine) as db:
+            queued = {str(tenant) for tenant in db.execute(_QUEUED_TENANTS).scalars()}
+        return tenant_queue.forget_idle(runtime.redis, queued)
+    except Exception as exc:  # the counts only steer the threads' share: never let it break a sweep
+        log.warning("tenants' queued counts not checked (next sweep tries again): %s", mask_secrets(str(exc))[:300])
+        return 0
 
 
 def time_out_approvals(runtime: Runtime) -> int:
