@@ -270,3 +270,16 @@ def test_a_flood_moves_aside_through_the_real_runner_and_nothing_is_lost_or_reor
         if event["type"] == "retry"
     }
     assert "fair_share" in reasons
+
+
+def test_chatq_usage_counts_the_models_slots_not_the_threads(client: redis.Redis) -> None:
+    model = Scope(key=f"usage-{uuid.uuid4().hex[:8]}@http://stub/v1", model="m", max_concurrent=4)
+    pool = threads.threads_scope(THREADS)
+    try:
+        for scope in (model, pool):  # one turn of tenant u under both, as a batch turn with a model limit
+            grant = limits.acquire(client, scope, "u1", interactive=False, hint_tokens=1, lease_seconds=30, tenant="u")
+            assert grant.granted
+        assert limits.slots_by_tenant(client).get("u") == 1
+        assert {share.tenant: share.granted for share in limits.shares(client, pool)}["u"] == 1  # the metrics'
+    finally:
+        client.delete(*model.keys(), *model.share_keys())
