@@ -173,7 +173,18 @@ if rpm > 0 or tpm > 0 or conc > 0 then
     if queued[other] then ends[other] = math.max(ends[other], now + queued[other] * step * total / weights[other]) end
     others[#others + 1] = {ends[other], weights[other]}
   end
-  if wait <= 0 and vmin ~= nil and vt > vmin + 1e-9 then
+  -- Yield to the tenant furthest behind. Under a rate the yielded room stays in the bucket for its
+  -- turn; a thread cannot wait, so the workers' threads go only to a tenant behind with a turn in
+  -- the queue now: one whose turns are all in their line gets its part from the line's spacing, and
+  -- yielding to it would leave the thread idle and send the yielding turn round again.
+  local behind = vmin
+  if pool then
+    behind = nil
+    for other in pairs(queued) do
+      if behind == nil or vts[other] < behind then behind = vts[other] end
+    end
+  end
+  if wait <= 0 and behind ~= nil and vt > behind + 1e-9 then
     wait, reason = step, 'fair_share'
     redis.call('HINCRBY', F, 'd:' .. tenant, 1)
   end
