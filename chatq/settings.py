@@ -112,6 +112,9 @@ class Settings:
     """Seconds between the rounds of every worker's due steps: delayed turns released (`CHATQ_DUE_INTERVAL`)."""
     worker_sweep: bool = True
     """Whether each `chatq worker` runs the sweep on its own timer (`CHATQ_WORKER_SWEEP`, `on`/`off`)."""
+    thread_share: bool = True
+    """Whether tenants share the workers' threads by weight when they are the bottleneck (`CHATQ_THREAD_SHARE`,
+    `on`/`off`; `worker.runtime.policy.threads`). Off: tenants' batch turns run in the order they were sent."""
     requeue_grace: float = 30.0
     """Seconds a runnable queued turn may wait before the sweeper re-sends it (`CHATQ_REQUEUE_GRACE`)."""
     schedule_misfire_grace: float = 10.0
@@ -229,6 +232,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         sweep_interval=env_float(env, "CHATQ_SWEEP_INTERVAL", 10.0, minimum=0.2),
         due_interval=env_float(env, "CHATQ_DUE_INTERVAL", 1.0, minimum=0.1),
         worker_sweep=env_switch(env, "CHATQ_WORKER_SWEEP", default=True),
+        thread_share=env_switch(env, "CHATQ_THREAD_SHARE", default=True),
         requeue_grace=env_float(env, "CHATQ_REQUEUE_GRACE", 30.0, minimum=0.0),
         schedule_misfire_grace=env_float(env, "CHATQ_SCHEDULE_MISFIRE_GRACE", 10.0, minimum=0.0),
         event_retention=env_int(env, "CHATQ_EVENT_RETENTION", 3_600, minimum=600),

@@ -34,6 +34,7 @@ def test_key_switches_the_default_model_and_is_not_in_repr() -> None:
         ({"CHATQ_METRICS_PORT": "70000"}, "CHATQ_METRICS_PORT must be a port number"),
         ({"CHATQ_METRICS_ADDR": "every where"}, "CHATQ_METRICS_ADDR must be an IP address"),
         ({"CHATQ_WORKER_SWEEP": "sometimes"}, "CHATQ_WORKER_SWEEP must be on or off"),
+        ({"CHATQ_THREAD_SHARE": "maybe"}, "CHATQ_THREAD_SHARE must be on or off"),
     ],
 )
 def test_bad_values_fail_with_one_clear_line(env: dict[str, str], fragment: str) -> None:
@@ -46,6 +47,11 @@ def test_bad_values_fail_with_one_clear_line(env: dict[str, str], fragment: str)
 @pytest.mark.parametrize(("raw", "on"), [(None, True), ("on", True), ("OFF", False), ("0", False), ("true", True)])
 def test_the_in_worker_sweep_is_on_unless_switched_off(raw: str | None, on: bool) -> None:
     assert load_settings({} if raw is None else {"CHATQ_WORKER_SWEEP": raw}).worker_sweep is on
+
+
+@pytest.mark.parametrize(("raw", "on"), [(None, True), ("on", True), ("off", False)])
+def test_the_thread_share_is_on_unless_switched_off(raw: str | None, on: bool) -> None:
+    assert load_settings({} if raw is None else {"CHATQ_THREAD_SHARE": raw}).thread_share is on
 
 
 def test_libpq_urls_are_mapped_to_psycopg3() -> None:

@@ -11,7 +11,7 @@ import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 import redis
@@ -26,6 +26,7 @@ from worker.payload import BATCH_QUEUE
 from worker.producer import create_session, submit_turn
 from worker.runtime.policy import limits, threads
 from worker.runtime.policy.limits import Scope
+from worker.store.claim_values import Claim, ClaimedSession
 
 THREADS = 8
 TURN = 0.1
@@ -283,3 +284,38 @@ def test_chatq_usage_counts_the_models_slots_not_the_threads(client: redis.Redis
         assert {share.tenant: share.granted for share in limits.shares(client, pool)}["u"] == 1  # the metrics'
     finally:
         client.delete(*model.keys(), *model.share_keys())
+
+
+def test_the_thread_share_can_be_switched_off(client: redis.Redis) -> None:
+    session = ClaimedSession(
+        id=uuid.uuid4(),
+        agent_framework="none",
+        model="stub-model",
+        system_prompt=None,
+        metadata={},
+        knowledge_bases=(),
+        tenant="a",
+    )
+    claim = Claim(
+        turn_id=uuid.uuid4(),
+        session=session,
+        position=1,
+        attempt=1,
+        deliveries=1,
+        lease_token=uuid.uuid4(),
+        content="hi",
+        images=None,
+        reply_to=None,
+        queue=BATCH_QUEUE,
+    )
+    threads.join_fleet("switch@test", 4)
+    try:
+        assert threads.refresh_fleet_threads(build_runtime()) == 0 and threads.fleet_threads() == 4
+        runtime = build_runtime()
+        slot = threads.admit(claim, runtime=runtime)
+        assert slot is not None and slot.grant.granted  # on (the default): the turn holds a thread slot
+        threads.finish(slot, claim, succeeded=False, runtime=runtime)
+        off = replace(runtime, settings=replace(runtime.settings, thread_share=False))
+        assert threads.admit(claim, runtime=off) is None  # off: no slot, no call
+    finally:
+        threads.leave_fleet(client)

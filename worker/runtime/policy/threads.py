@@ -183,11 +183,11 @@ def threads_scope(threads: int) -> limits.Scope:
 def admit(claim: Claim, *, runtime: Runtime) -> PoolSlot | None:
     """Take a thread slot for a tenant's batch turn, or learn that it yields; None: the scope does not apply.
 
-    Interactive turns, sessions without a tenant, and a process that knows no fleet (not a worker,
-    or before its first due round) make no call at all."""
+    Interactive turns, sessions without a tenant, a process that knows no fleet (not a worker, or
+    before its first due round) and a fleet with CHATQ_THREAD_SHARE off make no call at all."""
     tenant = claim.session.tenant
     threads = _fleet[0]
-    if claim.queue != BATCH_QUEUE or not tenant or threads <= 0:
+    if claim.queue != BATCH_QUEUE or not tenant or threads <= 0 or not runtime.settings.thread_share:
         return None
     scope = threads_scope(threads)
     weight = runtime.settings.tenant_weights.weight_of(tenant)
