@@ -226,14 +226,14 @@ def _thread_figures(
     }
 
 
-def thread_blocks(r: dict[str, Any]) -> list[Block]:
-    """A threads variant's figures against the issue's targets (the baseline's for comparison)."""
-    name, fair = f"fairness.{r['variant']}", r["variant"] == "threads"
+def share_blocks(r: dict[str, Any], name: str, *, fair: bool, counted: str, of: str = "") -> list[Block]:
+    """b's and c's shares against their weighted share, and the Jain index: the figures every
+    variant with tenants reports (targets only where `fair`; the run's details on b's block)."""
     details = {k: v for k, v in r.items() if k != "variant"}
     out = [
         Block(
             name=f"{name}.share_{tenant}",
-            target=f"{tenant}'s turns finished while backlogged >= 0.95 of its weighted share of the threads",
+            target=f"{tenant}'s turns {counted} while backlogged >= 0.95 of its weighted share{of}",
             figure=r["share_vs_weighted"][tenant],
             baseline=1.0,
             unit="x share",
@@ -256,6 +256,13 @@ def thread_blocks(r: dict[str, Any]) -> list[Block]:
             higher_is_better=True,
         )
     )
+    return out
+
+
+def thread_blocks(r: dict[str, Any]) -> list[Block]:
+    """A threads variant's figures against the issue's targets (the baseline's for comparison)."""
+    name, fair = f"fairness.{r['variant']}", r["variant"] == "threads"
+    out = share_blocks(r, name, fair=fair, counted="finished", of=" of the threads")
     out.append(
         Block(
             name=f"{name}.threads_used",
@@ -461,33 +468,7 @@ def blocks(results: list[dict[str, Any]]) -> list[Block]:
             )
             continue
         name = f"fairness.{r['variant']}"
-        details = {k: v for k, v in r.items() if k != "variant"}
-        for tenant in ("b", "c"):
-            out.append(
-                Block(
-                    name=f"{name}.share_{tenant}",
-                    target=f"{tenant}'s turns started while backlogged >= 0.95 of its weighted share",
-                    figure=r["share_vs_weighted"][tenant],
-                    baseline=1.0,
-                    unit="x share",
-                    limit=0.95 if r["variant"] == "tenants" else None,
-                    baseline_label="its weighted share",
-                    higher_is_better=True,
-                    details=details if tenant == "b" else {},
-                )
-            )
-        out.append(
-            Block(
-                name=f"{name}.jain",
-                target="Jain index of the shares over the weights >= 0.95",
-                figure=r["jain"],
-                baseline=1.0,
-                unit="index",
-                limit=0.95 if r["variant"] == "tenants" else None,
-                baseline_label="perfectly fair",
-                higher_is_better=True,
-            )
-        )
+        out.extend(share_blocks(r, name, fair=r["variant"] == "tenants", counted="started"))
         out.append(
             Block(
                 name=f"{name}.limit_used",
